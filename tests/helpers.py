@@ -1,0 +1,49 @@
+"""What the tests share: running a script as a user would, and reading back what it logged."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing import event_accumulator
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def script_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env.update(WANDB_MODE="offline", PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    env.update(extra)
+    return env
+
+
+def run_script(script: str, *args: str, cwd: Path, timeout: float = 600, check: bool = True, env=None, launcher=None):
+    """Run `python cleanrl/<script>` (or `launcher + [path]`) in `cwd`; the run writes runs/ and videos/ there."""
+    path = str(ROOT / "cleanrl" / script)
+    cmd = (launcher or [sys.executable]) + [path, *args]
+    proc = subprocess.run(cmd, cwd=cwd, env=env or script_env(), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def run_dirs(cwd: Path) -> list[Path]:
+    runs = Path(cwd) / "runs"
+    return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
+
+
+def single_run_dir(cwd: Path) -> Path:
+    dirs = run_dirs(cwd)
+    assert len(dirs) == 1, f"expected one run directory, found {dirs}"
+    return dirs[0]
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in the run's TensorBoard event files: {tag: [(step, value), ...]} in logged order."""
+    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def values(scalars: dict, tag: str) -> list[float]:
+    return [v for _, v in scalars.get(tag, [])]
