@@ -1,0 +1,537 @@
+# docs: docs/rl-algorithms/ppo.md
+"""PPO for continuous (Box) actions, with observation and reward normalization (default HalfCheetah-v5).
+
+Proximal Policy Optimization, Schulman et al. 2017, https://arxiv.org/abs/1707.06347,
+with the implementation details of Huang et al. 2022,
+https://iclr-blog-track.github.io/2022/03/25/ppo-implementation-details/ (the MuJoCo section):
+a Gaussian policy with a state-independent log standard deviation, running-mean observation
+normalization, reward scaling by the running std of the discounted return, and clipping of both.
+
+Run:
+    python cleanrl/ppo_continuous_action.py --env-id HalfCheetah-v5
+    python cleanrl/ppo_continuous_action.py --env-id Pendulum-v1 --seed 2 --save-model
+    python cleanrl/ppo_continuous_action.py --env-id InvertedPendulum-v5 --total-timesteps 100000
+    python cleanrl/ppo_continuous_action.py --help
+MuJoCo environments need the `mujoco` extra (pip install "cleanrl[mujoco]").
+"""
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import NoReturn, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.utils import RunningMeanStd
+from torch.distributions.normal import Normal
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    # [shared:common-args] source: cleanrl/ppo.py
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, use CUDA when it is available"""
+    track: bool = False
+    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the W&B project name"""
+    wandb_entity: Optional[str] = None
+    """the W&B entity (team); None uses your default entity"""
+    capture_video: bool = False
+    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
+    save_model: bool = False
+    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
+    eval_episodes: int = 10
+    """number of episodes of the evaluation that follows --save-model"""
+    # [/shared:common-args]
+
+    # Algorithm specific arguments
+    env_id: str = "HalfCheetah-v5"
+    """the id of the environment (its action space must be a bounded Box)"""
+    total_timesteps: int = 1000000
+    """total environment steps of the experiment"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 1
+    """the number of parallel environments"""
+    num_steps: int = 2048
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """if toggled, the learning rate decays linearly to 0 over the run"""
+    gamma: float = 0.99
+    """the discount factor gamma (also the discount of the return whose running std scales the rewards)"""
+    gae_lambda: float = 0.95
+    """the lambda for the generalized advantage estimation"""
+    num_minibatches: int = 32
+    """the number of minibatches per update epoch"""
+    update_epochs: int = 10
+    """the number of epochs over the rollout per update"""
+    norm_adv: bool = True
+    """if toggled, normalize advantages per minibatch"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient epsilon"""
+    clip_vloss: bool = True
+    """if toggled, clip the value loss as in the PPO paper's reference code"""
+    ent_coef: float = 0.0
+    """the coefficient of the entropy bonus"""
+    vf_coef: float = 0.5
+    """the coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for gradient clipping"""
+    target_kl: Optional[float] = None
+    """if set, stop the update epochs early once the approximate KL exceeds it"""
+
+
+# [shared:run-setup] source: cleanrl/ppo.py
+def fail(message: str) -> NoReturn:
+    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
+    raise SystemExit(f"error: {message}")
+
+
+def make_probe_env(env_id: str) -> gym.Env:
+    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+
+
+def seed_everything(seed: int, torch_deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+def start_logging(args, run_name: str) -> SummaryWriter:
+    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+    return writer
+# [/shared:run-setup]
+
+
+def derive_sizes(args: Args) -> tuple[int, int, int]:
+    """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches != 0:
+        fail(
+            f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
+            f"does not divide into --num-minibatches {args.num_minibatches}"
+        )
+    num_iterations = args.total_timesteps // batch_size
+    if num_iterations < 1:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)")
+    return batch_size, batch_size // args.num_minibatches, num_iterations
+
+
+def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
+    """The policy is a Gaussian over a flat bounded Box and the networks read a flat Box observation."""
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        fail(f"{env_id} has action space {action_space}; ppo_continuous_action.py supports flat Box actions only")
+    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        fail(f"{env_id} has an unbounded action space {action_space}; actions are clipped to finite bounds")
+    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+        fail(f"{env_id} has observation space {observation_space}; the networks need flat Box observations")
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id)
+        return env
+
+    return thunk
+
+
+def normalize_obs(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float, clip: float) -> np.ndarray:
+    """(obs - mean) / sqrt(var + epsilon), clipped to [-clip, clip], as float32."""
+    return np.clip((obs - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
+
+
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """Running mean/std normalization and clipping of a vector env's observations, for same-step autoreset.
+
+    gymnasium 1.4's gym.wrappers.vector.NormalizeObservation refuses same-step autoreset: above such an env it
+    would normalize the returned observations but leave info["final_obs"] raw, and a truncated episode would
+    bootstrap from V(raw final obs), an input on a scale the value network never sees. This wrapper also
+    normalizes every info["final_obs"] entry, with the very statistics that normalized this step's
+    observations (final observations do not update them). `obs_rms` (mean, var, count) is the state to save;
+    `update_running_mean = False` freezes it, as in evaluation.
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, clip: float = 10.0, epsilon: float = 1e-8):
+        super().__init__(env)
+        self.clip, self.epsilon = clip, epsilon
+        self.obs_rms = RunningMeanStd(shape=self.env.single_observation_space.shape)
+        self.update_running_mean = True
+        self.single_observation_space = gym.spaces.Box(-clip, clip, self.env.single_observation_space.shape, np.float32)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        return normalize_obs(obs, self.obs_rms.mean, self.obs_rms.var, self.epsilon, self.clip)
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = self.env.reset(seed=seed, options=options)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        return self.normalize(obs), infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        if "final_obs" in infos:
+            final_obs = infos["final_obs"].copy()  # object array, one entry per env, set where "_final_obs"
+            for i in np.nonzero(infos["_final_obs"])[0]:
+                final_obs[i] = self.normalize(final_obs[i])
+            infos["final_obs"] = final_obs
+        return self.normalize(obs), rewards, terminations, truncations, infos
+
+
+def make_envs(
+    args: Args, run_name: str, capture_video: bool
+) -> tuple[gym.vector.VectorEnv, NormalizeObservation, gym.wrappers.vector.NormalizeReward]:
+    """The training envs, and the two wrappers whose running statistics are part of the trained agent."""
+    # Same-step autoreset: when an episode ends at step t, step t returns the first observation of the
+    # next episode and puts the true last observation in info["final_obs"]. Every stored step is then a
+    # real transition (no reset step to mask out), and truncated episodes can bootstrap from final_obs.
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    # Innermost, so the logged episodic returns are the environment's own rewards, not the scaled ones.
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    # The Gaussian samples unbounded actions; the env gets them clipped to its bounds, while the
+    # unclipped sample is what is stored and scored by the log-probability.
+    envs = gym.wrappers.vector.ClipAction(envs)
+    # One set of statistics shared by all envs (computed over the batch), clipped to [-10, 10].
+    obs_norm = NormalizeObservation(envs, clip=10.0)
+    # Rewards divided by the running std of the discounted return (gamma as in the update), then clipped.
+    # gymnasium's vector NormalizeReward supports SAME_STEP: it restarts the return in the done step.
+    reward_norm = gym.wrappers.vector.NormalizeReward(obs_norm, gamma=args.gamma)
+    envs = gym.wrappers.vector.ClipReward(reward_norm, -10.0, 10.0)
+    return envs, obs_norm, reward_norm
+
+
+def rms_state(rms: RunningMeanStd) -> dict:
+    """RunningMeanStd as tensors, so the checkpoint loads with torch.load(weights_only=True)."""
+    return {"mean": torch.as_tensor(rms.mean), "var": torch.as_tensor(rms.var), "count": float(rms.count)}
+
+
+def load_rms_state(rms: RunningMeanStd, state: dict) -> None:
+    rms.mean, rms.var, rms.count = state["mean"].numpy(), state["var"].numpy(), state["count"]
+
+
+def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, obs_dim: int, action_dim: int):
+        super().__init__()
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor_mean = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, action_dim), std=0.01),
+        )
+        # State-independent log standard deviation, one per action dimension, starting at std 1.
+        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(x)
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        action_mean = self.actor_mean(x)
+        action_std = self.actor_logstd.expand_as(action_mean).exp()
+        probs = Normal(action_mean, action_std)
+        if action is None:
+            action = probs.sample()
+        # independent dimensions: the log-probability and entropy of the action are sums over them
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
+
+    def act_deterministic(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor_mean(x)
+
+
+# [shared:gae] source: cleanrl/ppo.py
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminations: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, Eq. 16) over a rollout with episode ends.
+
+    All inputs are (num_steps, num_envs). `next_values[t]` is V(s_{t+1}) of the true successor of s_t:
+    for a step that ended an episode by truncation it is the value of the final observation, so a
+    time-limit cut still bootstraps. `terminations[t]` = 1 drops that bootstrap (s_{t+1} is terminal).
+    `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
+    Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
+    """
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+# [/shared:gae]
+
+
+def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -> list[float]:
+    """Run the saved policy's mean action for args.eval_episodes full episodes on fresh environments.
+
+    Everything comes from the checkpoint: the weights and the observation statistics, which stay frozen.
+    The returns are the environment's own rewards (no reward scaling here).
+    """
+    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, 0, args.capture_video, f"{run_name}-eval")],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    envs = gym.wrappers.vector.ClipAction(envs)
+    envs = NormalizeObservation(envs, clip=10.0)
+    load_rms_state(envs.obs_rms, checkpoint["obs_rms"])
+    envs.update_running_mean = False
+    agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(np.prod(envs.single_action_space.shape)))
+    agent.load_state_dict(checkpoint["agent"])
+    agent.to(device).eval()
+    obs, _ = envs.reset(seed=args.seed + 10_000)
+    returns = []
+    while len(returns) < args.eval_episodes:
+        with torch.no_grad():
+            actions = agent.act_deterministic(torch.as_tensor(obs, dtype=torch.float32, device=device))
+        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
+        if "episode" in infos:
+            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
+    envs.close()
+    return returns[: args.eval_episodes]
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    # Everything that can be wrong with the input is checked before the run directory exists.
+    batch_size, minibatch_size, num_iterations = derive_sizes(args)
+    probe = make_probe_env(args.env_id)
+    check_spaces(args.env_id, probe.observation_space, probe.action_space)
+    probe.close()
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    writer = start_logging(args, run_name)
+
+    seed_everything(args.seed, args.torch_deterministic)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        # A 64-unit MLP gains nothing from intra-op threads, and 2 threads stall when the other core is busy.
+        torch.set_num_threads(1)
+
+    # env setup
+    envs, obs_norm, reward_norm = make_envs(args, run_name, args.capture_video)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    action_dim = int(np.prod(envs.single_action_space.shape))
+    agent = Agent(obs_dim, action_dim).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # storage: (num_steps, num_envs, ...)
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    terminations = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+
+    global_step = 0
+    start_time = time.time()
+    next_obs, _ = envs.reset(seed=args.seed)
+    envs.action_space.seed(args.seed)
+    next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+
+    for iteration in range(1, num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        # rollout
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+
+            # rewards are the scaled and clipped ones the update learns from; observations are normalized
+            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
+            dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
+            next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+            # A truncated (time-limit) episode did not end in a terminal state: its last transition
+            # bootstraps from the value of the true final observation, which same-step autoreset keeps
+            # in info["final_obs"]. Our NormalizeObservation wrapper has already normalized and clipped
+            # it with the same statistics as next_obs of this step, so the critic sees it on the scale
+            # it was trained on. Only truncated envs need this extra forward pass, and it is rare.
+            only_trunc = np.logical_and(trunc, np.logical_not(term))
+            truncated[step] = torch.as_tensor(only_trunc, device=device)
+            if only_trunc.any():
+                final_obs = np.stack(infos["final_obs"][only_trunc])
+                with torch.no_grad():
+                    final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
+                        torch.as_tensor(final_obs, dtype=torch.float32, device=device)
+                    ).flatten()
+
+            if "episode" in infos:
+                for i in np.nonzero(infos["_episode"])[0]:
+                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+
+        # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            next_values = torch.cat([values[1:], next_value], dim=0)
+            next_values = torch.where(truncated, final_values, next_values)
+            advantages, returns = compute_gae(
+                rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda
+            )
+
+        # flatten the batch: (num_steps * num_envs, ...)
+        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        # optimize the policy and value network
+        b_inds = np.arange(batch_size)
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, batch_size, minibatch_size):
+                mb_inds = b_inds[start : start + minibatch_size]
+
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                newvalue = newvalue.view(-1)
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                    )
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+
+    if args.save_model:
+        # The normalization statistics are part of the policy: it only knows normalized observations.
+        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        checkpoint = {
+            "agent": agent.state_dict(),
+            "obs_rms": rms_state(obs_norm.obs_rms),
+            "return_rms": rms_state(reward_norm.return_rms),
+        }
+        torch.save(checkpoint, model_path)
+        print(f"model saved to {model_path}")
+        episodic_returns = evaluate(model_path, args, run_name, device)
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
+
+    envs.close()
+    writer.close()
