@@ -1,0 +1,449 @@
+# docs: docs/benchmark.md
+"""Learning curves, result tables and an aggregate with confidence intervals, from TensorBoard event files.
+
+Reads every run below the given result folders (what benchmark/run.py writes, or any folder holding `runs/`
+directories of the scripts), so no W&B account is needed. A run is a directory with `events.out.tfevents.*`
+files; its name `{env_id}__{exp_name}__{seed}__{unix time}` (relative to the nearest `runs/` folder, so env ids
+with "/" work) gives the env id and seed. Folders whose name starts with "." (e.g. the runner's `.incomplete/`)
+are not read. Two or more result folders are compared: each is one label, drawn on the same axes.
+
+Writes to --out:
+    <env>.png / <env>.svg      per env: mean episodic return over seeds vs environment steps, with a 95% band
+    curves.png / curves.svg    all envs in one figure
+    summary.md / summary.csv   per env and label: final return (mean, std, 95% CI), SPS, steps, number of runs
+    runs.csv                   per run: final return, SPS, steps, episodes, event directory
+    aggregate.md / .csv / .png IQM and mean of normalized final returns over all runs x envs, with 95%
+                               stratified-bootstrap confidence intervals (Agarwal et al. 2021)
+
+Definitions (also in docs/benchmark.md):
+- final return of a run: the mean `charts/episodic_return` of the episodes that ended in the last
+  --final-fraction of the run's steps (the last logged episode if none did).
+- SPS of a run: the last `charts/SPS` value (the scripts log global_step / seconds since the start of training).
+- curve of a run: a moving average over --smooth consecutive episodes, interpolated onto --num-points steps
+  from 0 to the longest run; a run contributes only inside the steps it covers. Band: the Student-t 95%
+  confidence interval of the mean over runs (none with one run).
+- normalized score: (final return - low) / (high - low) per env, with (low, high) from --bounds ENV=LOW:HIGH, or
+  else the min and max final return over all runs of all labels in that env (then 0 = worst run, 1 = best run,
+  so the aggregate compares the labels with each other; it is not an absolute score).
+- IQM: the mean of the middle 50% of the pooled (runs x envs) normalized scores (int(n/4) cut from each end, as
+  scipy.stats.trim_mean(x, 0.25)). CI: percentile interval of --bootstrap-reps stratified bootstrap replicates,
+  each resampling the runs of every env with replacement, separately per env.
+
+Run:
+    python benchmark/report.py --results benchmark/results/ppo --out benchmark/report/ppo
+    python benchmark/report.py --results old/ppo new/ppo --labels before after --out benchmark/report/compare
+"""
+
+import csv
+import math
+import re
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn, Optional
+
+import numpy as np
+import tyro
+
+
+@dataclass
+class Args:
+    results: list[str]
+    """the result folders to read; two or more are compared on the same axes"""
+    labels: Optional[list[str]] = None
+    """one label per result folder; None uses the folders' names"""
+    out: str = "benchmark/report"
+    """the folder to write figures and tables to"""
+    tag: str = "charts/episodic_return"
+    """the TensorBoard scalar of the learning curves and final returns"""
+    sps_tag: str = "charts/SPS"
+    """the TensorBoard scalar of the steps per second"""
+    final_fraction: float = 0.1
+    """the final return averages the episodes of this last fraction of each run's steps"""
+    smooth: int = 10
+    """the number of consecutive episodes in the moving average of a curve (1: no smoothing)"""
+    num_points: int = 100
+    """the number of step values a curve is interpolated onto"""
+    bounds: list[str] = field(default_factory=list)
+    """ENV=LOW:HIGH score bounds for the normalization, e.g. CartPole-v1=0:500; other envs use min/max over runs"""
+    bootstrap_reps: int = 2000
+    """the number of stratified bootstrap replicates of the aggregate confidence intervals"""
+    seed: int = 0
+    """the seed of the bootstrap"""
+    dpi: int = 100
+    """the resolution of the PNG figures"""
+    title: Optional[str] = None
+    """a title prefix for the figures"""
+
+
+def fail(message: str) -> NoReturn:
+    raise SystemExit(f"error: {message}")
+
+
+# two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30; above 30 the normal 1.96 is close enough
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t975(n: int) -> float:
+    """The 95% two-sided Student-t quantile for the mean of n values (NaN for n < 2)."""
+    return math.nan if n < 2 else (T975[n - 2] if n - 1 <= len(T975) else 1.96)
+
+
+def t_halfwidth(x: np.ndarray, axis: int = 0):
+    """Half width of the 95% t confidence interval of the mean along `axis`, ignoring NaN (NaN for n < 2)."""
+    x = np.asarray(x, dtype=np.float64)
+    n = np.sum(~np.isnan(x), axis=axis)
+    with warnings.catch_warnings():  # nanstd warns where fewer than 2 values are left; those stay NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sd = np.nanstd(x, axis=axis, ddof=1)
+    half = np.vectorize(t975, otypes=[float])(n) * sd / np.sqrt(np.maximum(n, 1))
+    return float(half) if np.ndim(half) == 0 else half
+
+
+@dataclass
+class RunData:
+    label: str
+    env_id: str
+    seed: int
+    path: Path
+    steps: np.ndarray  # global steps at which episodes ended
+    returns: np.ndarray  # their episodic returns
+    sps: float
+    last_step: int
+    final_return: float = math.nan
+
+
+RUN_NAME = re.compile(r"^(?P<env_id>.+)__(?P<exp_name>.+)__(?P<seed>-?\d+)__(?P<time>\d+)$")
+
+
+def parse_run_name(run_dir: Path) -> tuple[str, int]:
+    parts = run_dir.parts
+    rel = "/".join(parts[len(parts) - 1 - parts[::-1].index("runs") + 1 :]) if "runs" in parts else run_dir.name
+    m = RUN_NAME.match(rel)
+    if m is None:
+        fail(f"cannot read env id and seed from {run_dir}: expected a directory named {{env_id}}__{{exp_name}}__{{seed}}__{{unix time}}")
+    return m["env_id"], int(m["seed"])
+
+
+def read_event_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing import event_accumulator
+
+    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def find_run_dirs(folder: Path) -> list[Path]:
+    dirs = {p.parent for p in folder.rglob("events.out.tfevents.*")}
+    return sorted(d for d in dirs if not any(part.startswith(".") for part in d.relative_to(folder).parts))
+
+
+def final_return(steps: np.ndarray, returns: np.ndarray, last_step: int, fraction: float) -> float:
+    """Mean return of the episodes that ended in the last `fraction` of the run (the last episode if none did)."""
+    if len(returns) == 0:
+        return math.nan
+    window = steps >= (1.0 - fraction) * last_step
+    return float(np.mean(returns[window])) if window.any() else float(returns[-1])
+
+
+def load_runs(folder: Path, label: str, args: Args) -> list[RunData]:
+    if not folder.is_dir():
+        fail(f"result folder {folder} does not exist")
+    runs = []
+    for run_dir in find_run_dirs(folder):
+        env_id, seed = parse_run_name(run_dir)
+        scalars = read_event_scalars(run_dir)
+        episodes = sorted(scalars.get(args.tag, []), key=lambda e: e[0])
+        steps = np.array([s for s, _ in episodes], dtype=np.int64)
+        returns = np.array([v for _, v in episodes], dtype=np.float64)
+        sps_values = scalars.get(args.sps_tag, [])
+        last_step = max([s for tag in scalars.values() for s, _ in tag], default=0)
+        run = RunData(label, env_id, seed, run_dir, steps, returns, float(sps_values[-1][1]) if sps_values else math.nan, last_step)
+        run.final_return = final_return(steps, returns, last_step, args.final_fraction)
+        runs.append(run)
+    if not runs:
+        fail(f"no TensorBoard event files below {folder}")
+    return runs
+
+
+def moving_average(x: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the last `window` values (fewer at the start)."""
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    idx = np.arange(1, len(x) + 1)
+    lo = np.maximum(idx - window, 0)
+    return (c[idx] - c[lo]) / (idx - lo)
+
+
+def curve_on_grid(run: RunData, grid: np.ndarray, smooth: int) -> np.ndarray:
+    """The run's smoothed returns interpolated onto `grid`; NaN outside the steps where it has episodes."""
+    out = np.full(len(grid), np.nan)
+    if len(run.returns) == 0:
+        return out
+    y = moving_average(run.returns, max(smooth, 1))
+    inside = (grid >= run.steps[0]) & (grid <= run.steps[-1])
+    out[inside] = np.interp(grid[inside], run.steps, y)
+    return out
+
+
+# ---- aggregate statistics (Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice") ----
+
+
+def iqm(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Interquartile mean along `axis`: sort, drop int(n/4) values from each end, average the rest.
+
+    The same as scipy.stats.trim_mean(x, 0.25), which rliable (Agarwal et al. 2021) uses; pass a flat array
+    of all (runs x envs) scores for the aggregate.
+    """
+    x = np.sort(np.asarray(scores, dtype=np.float64), axis=axis)
+    n = x.shape[axis]
+    cut = int(0.25 * n)
+    return np.take(x, np.arange(cut, n - cut), axis=axis).mean(axis=axis)
+
+
+def normalize(final: dict[str, np.ndarray], bounds: dict[str, tuple[float, float]]) -> dict[str, np.ndarray]:
+    out = {}
+    for env_id, x in final.items():
+        low, high = bounds[env_id]
+        out[env_id] = (x - low) / (high - low) if high != low else np.zeros_like(x)
+    return out
+
+
+def stratified_bootstrap_ci(
+    scores_per_env: list[np.ndarray], statistic, reps: int, rng: np.random.Generator, ci: float = 0.95
+) -> tuple[float, float, float]:
+    """Point estimate and percentile CI of statistic(pooled scores), resampling runs within each env.
+
+    `statistic` maps a (reps, n) array to (reps,) values. Every replicate draws, for each env separately, as many
+    runs as that env has, with replacement, and pools them (the "stratified" bootstrap of Agarwal et al. 2021).
+    """
+    pooled = np.concatenate(scores_per_env)
+    point = float(statistic(pooled[None, :])[0])
+    samples = [x[rng.integers(0, len(x), size=(reps, len(x)))] for x in scores_per_env]
+    values = statistic(np.concatenate(samples, axis=1))
+    alpha = (1.0 - ci) / 2.0
+    return point, float(np.quantile(values, alpha)), float(np.quantile(values, 1.0 - alpha))
+
+
+def iqm_rows(x: np.ndarray) -> np.ndarray:
+    return iqm(x, axis=1)
+
+
+def mean_rows(x: np.ndarray) -> np.ndarray:
+    return x.mean(axis=1)
+
+
+def median_rows(x: np.ndarray) -> np.ndarray:
+    return np.median(x, axis=1)
+
+
+# ---- output ----
+
+
+def slug(env_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", env_id)
+
+
+def fmt(x: float, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
+    out = {}
+    for item in items:
+        m = re.match(r"^(.+)=(-?[0-9.eE+-]+):(-?[0-9.eE+-]+)$", item)
+        if m is None:
+            fail(f"--bounds {item!r} is not ENV=LOW:HIGH")
+        low, high = float(m[2]), float(m[3])
+        if not high > low:
+            fail(f"--bounds {item!r}: HIGH must be greater than LOW")
+        out[m[1]] = (low, high)
+    return out
+
+
+def main(args: Args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if args.labels is not None and len(args.labels) != len(args.results):
+        fail(f"--labels has {len(args.labels)} values for {len(args.results)} --results folders")
+    if not 0.0 < args.final_fraction <= 1.0:
+        fail(f"--final-fraction must be in (0, 1], got {args.final_fraction}")
+    labels = args.labels or [Path(r).name for r in args.results]
+    if len(set(labels)) != len(labels):
+        fail(f"labels must differ, got {labels}; name them with --labels")
+    user_bounds = parse_bounds(args.bounds)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    runs: list[RunData] = []
+    for folder, label in zip(args.results, labels):
+        runs += load_runs(Path(folder), label, args)
+    envs = sorted({r.env_id for r in runs})
+    by = defaultdict(list)
+    for r in runs:
+        by[(r.env_id, r.label)].append(r)
+    for key in by:
+        by[key].sort(key=lambda r: (r.seed, str(r.path)))
+    colors = {label: plt.get_cmap("tab10")(i % 10) for i, label in enumerate(labels)}
+
+    # per-run table
+    with open(out / "runs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["env_id", "label", "seed", "final_return", "sps", "steps", "episodes", "run_dir"])
+        for r in sorted(runs, key=lambda r: (r.env_id, labels.index(r.label), r.seed)):
+            w.writerow([r.env_id, r.label, r.seed, repr(r.final_return), repr(r.sps), r.last_step, len(r.returns), str(r.path)])
+
+    # per env x label summary
+    summary = []
+    for env_id in envs:
+        for label in labels:
+            group = by.get((env_id, label), [])
+            if not group:
+                continue
+            finals = np.array([r.final_return for r in group])
+            summary.append(
+                dict(
+                    env_id=env_id,
+                    label=label,
+                    runs=len(group),
+                    seeds=" ".join(str(r.seed) for r in group),
+                    final_return_mean=float(np.nanmean(finals)) if np.any(~np.isnan(finals)) else math.nan,
+                    final_return_std=float(np.nanstd(finals, ddof=1)) if np.sum(~np.isnan(finals)) > 1 else math.nan,
+                    final_return_ci95=t_halfwidth(finals),
+                    sps_mean=float(np.nanmean([r.sps for r in group])) if any(not math.isnan(r.sps) for r in group) else math.nan,
+                    steps=int(np.median([r.last_step for r in group])),
+                )
+            )
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(summary[0]))
+        w.writeheader()
+        for row in summary:
+            w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+    md = [
+        "| env | label | runs (seeds) | final return mean ± std | 95% CI of mean | SPS | steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in summary:
+        md.append(
+            f"| {row['env_id']} | {row['label']} | {row['runs']} ({row['seeds']}) | {fmt(row['final_return_mean'])} ± "
+            f"{fmt(row['final_return_std'])} | ± {fmt(row['final_return_ci95'])} | {fmt(row['sps_mean'], 0)} | {row['steps']} |"
+        )
+    (out / "summary.md").write_text("\n".join(md) + "\n")
+
+    # learning curves: one figure per env, and all envs in one grid
+    def draw(ax, env_id: str) -> None:
+        max_step = max(r.last_step for r in runs if r.env_id == env_id)
+        grid = np.linspace(0, max_step, args.num_points)
+        for label in labels:
+            group = by.get((env_id, label), [])
+            if not group:
+                continue
+            ys = np.stack([curve_on_grid(r, grid, args.smooth) for r in group])
+            with warnings.catch_warnings():  # nanmean warns at steps no run covers; those stay NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(ys, axis=0)
+            half = t_halfwidth(ys, axis=0)
+            ax.plot(grid, mean, color=colors[label], label=f"{label} ({len(group)} runs)", linewidth=1.5)
+            ax.fill_between(grid, mean - half, mean + half, color=colors[label], alpha=0.2, linewidth=0)
+        ax.set_title(env_id if not args.title else f"{args.title}: {env_id}", fontsize=10)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("episodic return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+
+    for env_id in envs:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        draw(ax, env_id)
+        fig.tight_layout()
+        for ext in ("png", "svg"):
+            fig.savefig(out / f"{slug(env_id)}.{ext}", dpi=args.dpi)
+        plt.close(fig)
+    ncols = min(3, len(envs))
+    nrows = math.ceil(len(envs) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.3 * nrows), squeeze=False)
+    for ax, env_id in zip(axes.flat, envs):
+        draw(ax, env_id)
+    for ax in list(axes.flat)[len(envs) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(out / f"curves.{ext}", dpi=args.dpi)
+    plt.close(fig)
+
+    # aggregate over the envs every label has
+    def has_final(env_id: str, label: str) -> bool:
+        return any(not math.isnan(r.final_return) for r in by.get((env_id, label), []))
+
+    common = [e for e in envs if all(has_final(e, label) for label in labels)]
+    bounds, source = {}, {}
+    for env_id in common:
+        if env_id in user_bounds:
+            bounds[env_id], source[env_id] = user_bounds[env_id], "--bounds"
+        else:
+            finals = np.array([r.final_return for r in runs if r.env_id == env_id])
+            bounds[env_id], source[env_id] = (float(np.nanmin(finals)), float(np.nanmax(finals))), "min/max over runs"
+    rng = np.random.default_rng(args.seed)
+    agg = []
+    for label in labels:
+        final = {e: np.array([r.final_return for r in by[(e, label)] if not math.isnan(r.final_return)]) for e in common}
+        per_env = [x for x in normalize(final, bounds).values() if len(x)]
+        if not per_env:
+            continue
+        row = dict(label=label, envs=len(per_env), runs=int(sum(len(x) for x in per_env)))
+        for name, stat in (("iqm", iqm_rows), ("mean", mean_rows), ("median", median_rows)):
+            point, lo, hi = stratified_bootstrap_ci(per_env, stat, args.bootstrap_reps, rng)
+            row.update({name: point, f"{name}_ci_low": lo, f"{name}_ci_high": hi})
+        agg.append(row)
+    lines = [
+        f"Aggregate over {len(common)} envs ({', '.join(common)}), normalized final returns, "
+        f"95% stratified-bootstrap CIs ({args.bootstrap_reps} replicates).",
+        "",
+        "| label | envs | runs | IQM [95% CI] | mean [95% CI] | median [95% CI] |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in agg:
+        cells = [f"{fmt(row[n], 3)} [{fmt(row[n + '_ci_low'], 3)}, {fmt(row[n + '_ci_high'], 3)}]" for n in ("iqm", "mean", "median")]
+        lines.append(f"| {row['label']} | {row['envs']} | {row['runs']} | " + " | ".join(cells) + " |")
+    lines += ["", "| env | low | high | source of the bounds |", "|---|---|---|---|"]
+    lines += [f"| {e} | {fmt(bounds[e][0])} | {fmt(bounds[e][1])} | {source[e]} |" for e in common]
+    excluded = [e for e in envs if e not in common]
+    if excluded:
+        lines += ["", f"Not in the aggregate (no finished episode for every label): {', '.join(excluded)}."]
+    (out / "aggregate.md").write_text("\n".join(lines) + "\n")
+    if agg:
+        with open(out / "aggregate.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(agg[0]))
+            w.writeheader()
+            for row in agg:
+                w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+        fig, axes = plt.subplots(1, 2, figsize=(7, 0.6 + 0.45 * len(agg)), squeeze=False)
+        for ax, name in zip(axes.flat, ("iqm", "mean")):
+            for i, row in enumerate(agg):
+                ax.errorbar(
+                    row[name], i, xerr=[[row[name] - row[f"{name}_ci_low"]], [row[f"{name}_ci_high"] - row[name]]],
+                    fmt="o", color=colors[row["label"]], capsize=4,
+                )
+            ax.set_yticks(range(len(agg)), [row["label"] for row in agg])
+            ax.set_ylim(-0.5, len(agg) - 0.5)
+            ax.set_title("IQM" if name == "iqm" else "mean", fontsize=10)
+            ax.set_xlabel("normalized score")
+            ax.grid(alpha=0.3, axis="x")
+        fig.tight_layout()
+        for ext in ("png", "svg"):
+            fig.savefig(out / f"aggregate.{ext}", dpi=args.dpi)
+        plt.close(fig)
+
+    print("\n".join(md))
+    print()
+    print("\n".join(lines))
+    print(f"\nwrote {len(envs)} env figures, curves.png, summary.md/csv, runs.csv, aggregate.md/csv/png to {out}")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -1,0 +1,315 @@
+# docs: docs/benchmark.md
+"""Run one training command over environment ids x seeds, with a bounded pool of worker processes.
+
+Every run gets its own working directory, so the TensorBoard files a script writes to `runs/` land there:
+
+    <out>/<name>/<env_id>/seed<k>/          the run's working directory (env ids with "/" become nested folders)
+    <out>/<name>/<env_id>/seed<k>/log.txt   stdout and stderr of the run, streamed while it runs
+    <out>/<name>/<env_id>/seed<k>/runs/...  what the script writes (TensorBoard events, models)
+    <out>/<name>/<env_id>/seed<k>/DONE.json completion marker, written only after the command exited 0
+
+Resume: a run whose DONE.json exists is skipped (`--no-skip-finished` reruns everything). A run directory without
+the marker belongs to an attempt that failed or was stopped; it is moved, with its log, to
+`<out>/<name>/.incomplete/<env_id>/seed<k>-<unix time>/` (hidden from the report) and the run starts again, which
+the runner prints. Nothing is retried within one invocation: a failed run stays failed, it is listed in the
+summary table with its exit code and log tail, and the runner exits 1.
+
+GPUs: taken from CUDA_VISIBLE_DEVICES when it is set, else from `nvidia-smi -L`. Each run gets
+`--gpus-per-run` of them in CUDA_VISIBLE_DEVICES, the least busy first (round-robin when all are equally busy).
+
+Run:
+    python benchmark/run.py --command "python cleanrl/ppo.py --total-timesteps 100000" \
+        --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --workers 2
+    bash benchmark/ppo.sh            # the benchmark of one script, with its env ids, seeds and budget
+    python benchmark/run.py --help
+"""
+
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn, Optional
+
+import tyro
+
+
+@dataclass
+class Args:
+    command: str
+    """the training command; `--env-id ENV --seed K` are appended unless it contains the placeholders {env_id} and
+    {seed}. Paths ending in .py that exist relative to the current directory are made absolute, since each run
+    starts in its own working directory"""
+    env_ids: list[str]
+    """the environment ids to run"""
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """the seeds to run for every environment id"""
+    workers: int = 1
+    """the number of runs at the same time"""
+    out: str = "benchmark/results"
+    """the root folder of all results"""
+    name: Optional[str] = None
+    """the result folder under --out; None uses the stem of the first .py file in the command (e.g. ppo)"""
+    skip_finished: bool = True
+    """if toggled, skip runs whose DONE.json marker exists, so a stopped benchmark resumes"""
+    gpus_per_run: int = 1
+    """the number of GPUs each run sees in CUDA_VISIBLE_DEVICES (0: leave CUDA_VISIBLE_DEVICES alone)"""
+    gpus: Optional[list[str]] = None
+    """the GPU ids to hand out; None detects them (CUDA_VISIBLE_DEVICES, else nvidia-smi -L)"""
+    timeout: Optional[float] = None
+    """if set, a run still going after this many seconds is killed and counts as failed"""
+    tail_lines: int = 5
+    """the number of log lines shown for each failed run in the summary"""
+    dry_run: bool = False
+    """if toggled, print the runs that would start and exit"""
+
+
+def fail(message: str) -> NoReturn:
+    raise SystemExit(f"error: {message}")
+
+
+@dataclass
+class Run:
+    env_id: str
+    seed: int
+    argv: list[str]
+    workdir: Path
+    status: str = "pending"  # pending, running, ok, failed, skipped
+    exit_code: Optional[int] = None
+    gpus: list[str] = field(default_factory=list)
+    started: float = 0.0
+    seconds: float = 0.0
+    note: str = ""
+    proc: Optional[subprocess.Popen] = None
+    log_file: Optional[object] = None
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "log.txt"
+
+    @property
+    def marker(self) -> Path:
+        return self.workdir / "DONE.json"
+
+
+def detect_gpus() -> list[str]:
+    """GPU ids: CUDA_VISIBLE_DEVICES wins when set (an empty value means no GPU), else one per `nvidia-smi -L` line."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    proc = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"nvidia-smi -L exited {proc.returncode}; running without GPUs: {proc.stderr.strip()}", flush=True)
+        return []
+    return [str(i) for i, line in enumerate(l for l in proc.stdout.splitlines() if l.startswith("GPU "))]
+
+
+def result_name(tokens: list[str]) -> str:
+    for token in tokens:
+        if token.endswith(".py"):
+            return Path(token).stem
+    fail("--name is needed: the command names no .py file to take the result folder's name from")
+
+
+def build_argv(command: str, env_id: str, seed: int) -> list[str]:
+    if ("{env_id}" in command) != ("{seed}" in command):
+        fail("--command must contain both placeholders {env_id} and {seed}, or neither")
+    if "{env_id}" in command:
+        tokens = [t.format(env_id=env_id, seed=seed) for t in shlex.split(command)]
+    else:
+        tokens = shlex.split(command) + ["--env-id", env_id, "--seed", str(seed)]
+    # each run starts in its own working directory: a script path given relative to here must still resolve
+    return [str(Path(t).resolve()) if t.endswith(".py") and Path(t).is_file() else t for t in tokens]
+
+
+def plan_runs(args: Args) -> tuple[Path, list[Run]]:
+    if args.workers < 1:
+        fail(f"--workers must be at least 1, got {args.workers}")
+    if not args.env_ids or not args.seeds:
+        fail("--env-ids and --seeds each need at least one value")
+    if len(set(args.seeds)) != len(args.seeds) or len(set(args.env_ids)) != len(args.env_ids):
+        fail("--env-ids and --seeds must not repeat a value")
+    tokens = shlex.split(args.command)
+    if not tokens:
+        fail("--command is empty")
+    for token in tokens:
+        if token.endswith(".py") and not Path(token).is_file() and not Path(token).is_absolute():
+            fail(f"the command names {token}, which does not exist relative to {Path.cwd()}")
+    root = Path(args.out).resolve() / (args.name or result_name(tokens))
+    runs = [
+        Run(env_id, seed, build_argv(args.command, env_id, seed), root / env_id / f"seed{seed}")
+        for env_id in args.env_ids
+        for seed in args.seeds
+    ]
+    return root, runs
+
+
+def prepare(run: Run, root: Path, skip_finished: bool) -> None:
+    """Skip a finished run, or clear the directory of an earlier attempt so the report never reads it."""
+    if run.marker.exists() and skip_finished:
+        run.status, run.note = "skipped", "DONE.json exists"
+        return
+    if run.workdir.exists():
+        moved = root / ".incomplete" / run.env_id / f"seed{run.seed}-{int(time.time())}"
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        run.workdir.rename(moved)
+        why = "finished, rerun requested" if (moved / "DONE.json").exists() else "no DONE.json"
+        run.note = f"earlier attempt ({why}) moved to {moved}"
+        print(f"{run.env_id} seed {run.seed}: {run.note}", flush=True)
+
+
+def start(run: Run, gpus: list[str]) -> None:
+    run.workdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    run.gpus = gpus
+    run.log_file = open(run.log, "w")
+    run.log_file.write(f"$ cd {run.workdir} && {shlex.join(run.argv)}\n")
+    run.log_file.flush()
+    run.started = time.time()
+    try:
+        run.proc = subprocess.Popen(run.argv, cwd=run.workdir, env=env, stdout=run.log_file, stderr=subprocess.STDOUT)
+    except OSError as e:  # e.g. the program does not exist: a failed run like any other, not a crash of the runner
+        run.log_file.write(f"could not start: {e}\n")
+        finish(run, exit_code=127)
+        return
+    run.status = "running"
+
+
+def finish(run: Run, exit_code: int) -> None:
+    run.seconds = time.time() - run.started
+    run.exit_code = exit_code
+    run.log_file.close()
+    if exit_code == 0:
+        run.status = "ok"
+        marker = {
+            "env_id": run.env_id,
+            "seed": run.seed,
+            "argv": run.argv,
+            "exit_code": 0,
+            "seconds": round(run.seconds, 2),
+            "gpus": run.gpus,
+            "host": platform.node(),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        # written to a temporary name and renamed, so a marker is never half written
+        tmp = run.marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps(marker, indent=2) + "\n")
+        tmp.rename(run.marker)
+    else:
+        run.status = "failed"
+
+
+def log_tail(run: Run, n: int) -> list[str]:
+    if n <= 0 or not run.log.exists():
+        return []
+    return run.log.read_text(errors="replace").splitlines()[-n:]
+
+
+def execute(runs: list[Run], workers: int, gpu_ids: list[str], gpus_per_run: int, timeout: Optional[float]) -> None:
+    pending = [r for r in runs if r.status == "pending"]
+    running: list[Run] = []
+    busy = {g: 0 for g in gpu_ids}
+    total, done = len(pending), 0
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                run = pending.pop(0)
+                take = sorted(gpu_ids, key=lambda g: busy[g])[: max(gpus_per_run, 0)] if gpu_ids else []
+                for g in take:
+                    busy[g] += 1
+                start(run, take)
+                gpu_note = f" on GPU {','.join(take)}" if take else ""
+                print(f"[start] {run.env_id} seed {run.seed}{gpu_note}: log {run.log}", flush=True)
+                if run.status == "running":
+                    running.append(run)
+                else:
+                    done += 1
+                    print(f"[{done}/{total} failed] {run.env_id} seed {run.seed}: could not start", flush=True)
+            time.sleep(0.2)
+            for run in list(running):
+                code = run.proc.poll()
+                if code is None and timeout is not None and time.time() - run.started > timeout:
+                    run.proc.kill()
+                    code = run.proc.wait()
+                    run.note = f"killed after --timeout {timeout:g} s"
+                if code is None:
+                    continue
+                running.remove(run)
+                for g in run.gpus:
+                    busy[g] -= 1
+                finish(run, code)
+                done += 1
+                print(f"[{done}/{total} {run.status}] {run.env_id} seed {run.seed}: exit {code}, {run.seconds:.1f} s", flush=True)
+    except KeyboardInterrupt:
+        # stop the children we started; their runs have no marker, so the next invocation runs them again
+        for run in running:
+            run.proc.terminate()
+        for run in running:
+            finish(run, run.proc.wait())
+            run.note = "interrupted"
+        for run in pending:
+            run.note = "not started (interrupted)"
+        raise
+    finally:
+        for run in running:
+            if run.proc.poll() is None:
+                run.proc.kill()
+
+
+def summary(runs: list[Run], tail_lines: int) -> str:
+    lines = ["| env_id | seed | status | exit | seconds | note |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        exit_code = "" if r.exit_code is None else str(r.exit_code)
+        seconds = f"{r.seconds:.1f}" if r.status in ("ok", "failed") else ""
+        lines.append(f"| {r.env_id} | {r.seed} | {r.status} | {exit_code} | {seconds} | {r.note} |")
+    failed = [r for r in runs if r.status == "failed"]
+    if failed:
+        lines.append("")
+        lines.append(f"{len(failed)} of {len(runs)} runs FAILED:")
+        for r in failed:
+            lines.append(f"- {r.env_id} seed {r.seed}: exit {r.exit_code}, log {r.log}")
+            lines += [f"    {line}" for line in log_tail(r, tail_lines)]
+    return "\n".join(lines)
+
+
+def main(args: Args) -> int:
+    root, runs = plan_runs(args)
+    gpu_ids = (args.gpus if args.gpus is not None else detect_gpus()) if args.gpus_per_run > 0 else []
+    if gpu_ids and args.gpus_per_run > len(gpu_ids):
+        fail(f"--gpus-per-run {args.gpus_per_run} but only {len(gpu_ids)} GPUs: {gpu_ids}")
+    if args.dry_run:
+        for r in runs:
+            state = "finished, would skip" if r.marker.exists() and args.skip_finished else "would run"
+            print(f"{state}: cd {r.workdir} && {shlex.join(r.argv)}")
+        return 0
+    for r in runs:
+        prepare(r, root, args.skip_finished)
+    print(
+        f"{len(runs)} runs ({sum(r.status == 'skipped' for r in runs)} already finished) in {root}, "
+        f"{args.workers} workers, GPUs: {', '.join(gpu_ids) or 'none'}",
+        flush=True,
+    )
+    try:
+        execute(runs, args.workers, gpu_ids, args.gpus_per_run, args.timeout)
+    finally:
+        table = summary(runs, args.tail_lines)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "summary.md").write_text(table + "\n")
+        print("\n" + table, flush=True)
+    return 1 if any(r.status != "ok" and r.status != "skipped" for r in runs) else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(tyro.cli(Args)))
+    except KeyboardInterrupt:
+        sys.exit(130)
