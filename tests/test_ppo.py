@@ -112,6 +112,8 @@ def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, mes
 
 @pytest.mark.slow
 def test_learns_cartpole(workdir):
-    run_script("ppo.py", "--total-timesteps", "250000", cwd=workdir, timeout=1200)
+    # 250k steps with the learning rate doubled from the 500k-step default (2.5e-4), so the annealed
+    # schedule fits the shorter budget; measured here: 500.0 over the last 20 episodes (seed 1).
+    run_script("ppo.py", "--total-timesteps", "250000", "--learning-rate", "5e-4", cwd=workdir, timeout=1200)
     returns = values(read_scalars(single_run_dir(workdir)), "charts/episodic_return")
     assert np.mean(returns[-20:]) >= 475, returns[-20:]
