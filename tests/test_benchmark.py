@@ -1,0 +1,212 @@
+"""benchmark/run.py and benchmark/report.py on small real runs of cleanrl/ppo.py, and the aggregate statistics."""
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmark.report import final_return, iqm, iqm_rows, mean_rows, stratified_bootstrap_ci, t_halfwidth
+from tests.helpers import ROOT, read_scalars, script_env, values
+
+PPO = ROOT / "cleanrl" / "ppo.py"
+QUICK = f"{sys.executable} -c"  # a python that does not import torch: cheap fake runs
+
+
+def bench(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "benchmark" / "run.py"), *args]
+    return subprocess.run(cmd, cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def report(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "benchmark" / "report.py"), *args]
+    proc = subprocess.run(cmd, cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def ppo_bench(tmp_path_factory):
+    """One benchmark invocation: 2 real 1024-step PPO runs on CartPole and 2 runs on an unknown env id that fail."""
+    cwd = tmp_path_factory.mktemp("bench")
+    proc = bench(
+        "--command", f"{sys.executable} {PPO} --total-timesteps 1024",
+        "--env-ids", "CartPole-v1", "NoSuchEnv-v0",
+        "--seeds", "1", "2",
+        "--workers", "2",
+        "--out", "results",
+        cwd=cwd,
+    )  # fmt: skip
+    return cwd, proc
+
+
+def test_failing_runs_make_the_benchmark_fail_and_are_named(ppo_bench):
+    cwd, proc = ppo_bench
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "2 of 4 runs FAILED" in out
+    for seed in (1, 2):
+        assert f"| NoSuchEnv-v0 | {seed} | failed | 1 |" in out
+        assert f"| CartPole-v1 | {seed} | ok | 0 |" in out
+        assert f"- NoSuchEnv-v0 seed {seed}: exit 1, log {cwd / 'results/ppo/NoSuchEnv-v0' / f'seed{seed}' / 'log.txt'}" in out
+    # the log tail in the summary says why: ppo.py's one-line error
+    assert "error: cannot make environment 'NoSuchEnv-v0'" in out
+    assert (cwd / "results/ppo/summary.md").read_text().strip() in out
+    root = cwd / "results" / "ppo"
+    for seed in (1, 2):
+        assert not (root / "NoSuchEnv-v0" / f"seed{seed}" / "DONE.json").exists()
+        marker = json.loads((root / "CartPole-v1" / f"seed{seed}" / "DONE.json").read_text())
+        assert marker["exit_code"] == 0 and marker["seed"] == seed and marker["argv"][-4:] == ["--env-id", "CartPole-v1", "--seed", str(seed)]
+        assert len(list((root / "CartPole-v1" / f"seed{seed}" / "runs").iterdir())) == 1
+
+
+def test_resume_skips_finished_runs_and_reruns_failed_ones(ppo_bench, tmp_path):
+    cwd, _ = ppo_bench
+    work = tmp_path / "copy"
+    shutil.copytree(cwd / "results", work / "results")
+    events_before = sorted(p.stat().st_mtime_ns for p in (work / "results/ppo/CartPole-v1").rglob("events.out.tfevents.*"))
+    # the failed runs now run again: with a command that fails fast (exit 4), so they fail again
+    proc = bench(
+        "--command", f"{QUICK} 'import sys; sys.exit(4)' {{env_id}} {{seed}}", "--name", "ppo",
+        "--env-ids", "CartPole-v1", "NoSuchEnv-v0", "--seeds", "1", "2", "--out", "results", cwd=work,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "4 runs (2 already finished)" in proc.stdout
+    for seed in (1, 2):
+        assert f"| CartPole-v1 | {seed} | skipped |  |  | DONE.json exists |" in proc.stdout
+        assert f"| NoSuchEnv-v0 | {seed} | failed | 4 |" in proc.stdout
+    # the earlier failed attempts were moved aside (not deleted, not read by the report)
+    moved = list((work / "results/ppo/.incomplete/NoSuchEnv-v0").iterdir())
+    assert len(moved) == 2 and all((m / "log.txt").exists() for m in moved)
+    assert "error: cannot make environment" in (moved[0] / "log.txt").read_text()
+    events_after = sorted(p.stat().st_mtime_ns for p in (work / "results/ppo/CartPole-v1").rglob("events.out.tfevents.*"))
+    assert events_after == events_before
+    # only the finished env: nothing to do, success
+    proc = bench("--command", f"{sys.executable} {PPO}", "--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", cwd=work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 runs (2 already finished)" in proc.stdout
+
+
+def test_gpus_are_handed_out_round_robin_and_timeouts_fail(tmp_path):
+    show = f"{QUICK} 'import os, sys; print(\"GPU=\" + os.environ[\"CUDA_VISIBLE_DEVICES\"])' {{env_id}} {{seed}}"
+    proc = bench("--command", show, "--name", "gpu", "--env-ids", "A", "B", "--seeds", "1", "--gpus", "0", "1", "--workers", "2", "--out", "r", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = sorted((tmp_path / f"r/gpu/{e}/seed1/log.txt").read_text().splitlines()[-1] for e in ("A", "B"))
+    assert seen == ["GPU=0", "GPU=1"]
+    slow = f"{QUICK} 'import time; time.sleep(60)' {{env_id}} {{seed}}"
+    proc = bench("--command", slow, "--name", "slow", "--env-ids", "A", "--seeds", "1", "--timeout", "1", "--out", "r", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "| A | 1 | failed |" in proc.stdout and "killed after --timeout 1 s" in proc.stdout
+
+
+def test_runner_bad_input_fails_before_any_result_folder(tmp_path):
+    proc = bench("--command", "python cleanrl/no_such_script.py", "--env-ids", "CartPole-v1", "--out", "r", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: the command names cleanrl/no_such_script.py")
+    assert not (tmp_path / "r").exists()
+
+
+def test_report_figures_and_tables_match_the_event_files(ppo_bench, tmp_path):
+    cwd, _ = ppo_bench
+    out = tmp_path / "rep"
+    proc = report("--results", str(cwd / "results/ppo"), "--out", str(out), "--bounds", "CartPole-v1=0:500", cwd=tmp_path)
+    for name in ("CartPole-v1", "curves", "aggregate"):
+        png = out / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        import matplotlib.image
+
+        image = matplotlib.image.imread(png)
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+        assert (out / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+    # the failed env has no event files, so it is in no table
+    runs = read_csv(out / "runs.csv")
+    assert [(r["env_id"], r["seed"]) for r in runs] == [("CartPole-v1", "1"), ("CartPole-v1", "2")]
+    finals, spss = [], []
+    for row in runs:
+        run_dir = Path(row["run_dir"])
+        assert run_dir.parent == cwd / "results/ppo/CartPole-v1" / f"seed{row['seed']}" / "runs"
+        scalars = read_scalars(run_dir)
+        episodes = scalars["charts/episodic_return"]
+        last_step = max(s for tag in scalars.values() for s, _ in tag)
+        assert last_step == 1024 == int(row["steps"])
+        # final return: the episodes that ended in the last 10% of the steps (>= 921.6), from the event file
+        expected = np.mean([v for s, v in episodes if s >= 0.9 * 1024])
+        assert float(row["final_return"]) == pytest.approx(expected, rel=1e-12)
+        assert float(row["sps"]) == values(scalars, "charts/SPS")[-1]
+        assert int(row["episodes"]) == len(episodes)
+        finals.append(expected)
+        spss.append(values(scalars, "charts/SPS")[-1])
+    (summary,) = read_csv(out / "summary.csv")
+    assert summary["runs"] == "2" and summary["seeds"] == "1 2"
+    assert float(summary["final_return_mean"]) == pytest.approx(np.mean(finals))
+    assert float(summary["final_return_std"]) == pytest.approx(np.std(finals, ddof=1))
+    assert float(summary["sps_mean"]) == pytest.approx(np.mean(spss))
+    # aggregate of one env with bounds 0..500: IQM of 2 scores cuts nothing, so it is their mean
+    (agg,) = read_csv(out / "aggregate.csv")
+    assert float(agg["iqm"]) == pytest.approx(np.mean(finals) / 500)
+    assert float(agg["iqm_ci_low"]) == pytest.approx(min(finals) / 500) and float(agg["iqm_ci_high"]) == pytest.approx(max(finals) / 500)
+    assert f"| CartPole-v1 | ppo | 2 (1 2) | {np.mean(finals):.2f} ±" in proc.stdout
+
+
+def test_report_compares_two_result_folders(ppo_bench, tmp_path):
+    cwd, _ = ppo_bench
+    shutil.copytree(cwd / "results/ppo", tmp_path / "v2")
+    out = tmp_path / "cmp"
+    report("--results", str(cwd / "results/ppo"), str(tmp_path / "v2"), "--labels", "v1", "v2", "--out", str(out), cwd=tmp_path)
+    rows = read_csv(out / "summary.csv")
+    assert [r["label"] for r in rows] == ["v1", "v2"]
+    assert rows[0]["final_return_mean"] == rows[1]["final_return_mean"]
+    assert [r["label"] for r in read_csv(out / "aggregate.csv")] == ["v1", "v2"]
+    assert (out / "CartPole-v1.png").stat().st_size > 0
+
+
+def test_report_bad_input(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark/report.py"), "--results", "empty", "--out", "rep"],
+        cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == "error: no TensorBoard event files below empty"
+
+
+def test_iqm_by_hand():
+    # 8 scores: int(8/4) = 2 cut from each end of 1 2 3 4 5 6 7 100 -> mean(3, 4, 5, 6) = 4.5
+    assert iqm(np.array([7.0, 100.0, 1.0, 3.0, 2.0, 6.0, 5.0, 4.0])) == pytest.approx(4.5)
+    # 5 scores: int(1.25) = 1 cut from each end of 0 1 2 10 100 -> (1 + 2 + 10) / 3
+    assert iqm(np.array([100.0, 0.0, 10.0, 1.0, 2.0])) == pytest.approx(13 / 3)
+    # 3 scores: nothing cut, the plain mean
+    assert iqm(np.array([0.0, 1.0, 5.0])) == pytest.approx(2.0)
+    # rowwise, as the bootstrap uses it
+    np.testing.assert_allclose(iqm_rows(np.array([[1.0, 2, 3, 4], [4, 0, 0, 8]])), [2.5, 2.0])
+
+
+def test_stratified_bootstrap_by_hand():
+    # env A has runs scoring 0 and 1, env B one run scoring 0.5. A replicate draws 2 runs of A and 1 of B, so
+    # the pooled mean is (a1 + a2 + 0.5) / 3 with a1 + a2 in {0, 1, 2} with probabilities 1/4, 1/2, 1/4:
+    # the 2.5% and 97.5% quantiles are 1/6 and 5/6, the point estimate 1/2.
+    rng = np.random.default_rng(0)
+    point, lo, hi = stratified_bootstrap_ci([np.array([0.0, 1.0]), np.array([0.5])], mean_rows, 4000, rng)
+    assert (point, lo, hi) == pytest.approx((0.5, 1 / 6, 5 / 6))
+    # one run per env: every replicate is the data itself
+    point, lo, hi = stratified_bootstrap_ci([np.array([0.2]), np.array([0.9])], iqm_rows, 100, rng)
+    assert point == lo == hi == pytest.approx(0.55)
+
+
+def test_final_return_and_t_interval_by_hand():
+    steps = np.array([100, 850, 905, 1000])
+    returns = np.array([1.0, 2.0, 4.0, 8.0])
+    assert final_return(steps, returns, 1000, 0.1) == pytest.approx(6.0)  # episodes at 905 and 1000
+    assert final_return(steps, returns, 1000, 0.2) == pytest.approx(14 / 3)
+    assert final_return(np.array([10]), np.array([3.0]), 1000, 0.1) == 3.0  # none in the window: the last one
+    # n = 3, sd = 1: t_{0.975, 2} * 1 / sqrt(3)
+    assert t_halfwidth(np.array([1.0, 2.0, 3.0])) == pytest.approx(4.303 / np.sqrt(3))
+    assert np.isnan(t_halfwidth(np.array([1.0])))
