@@ -1,0 +1,126 @@
+"""A local AWS endpoint (moto_server on 127.0.0.1) for the cloud/ tests, and what they share.
+
+Run as a script it is the server itself: `python tests/cloud_fixtures.py PORT` starts moto's server with
+one fix for a moto 5.2 gap (below), so the tests talk to a real HTTP endpoint like the AWS CLI, boto3 and
+terraform's provider do.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLOUD = ROOT / "cloud"
+REGION = "us-east-1"
+# Fake credentials: moto accepts any; they must never be real ones.
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def aws_env(endpoint: str, **extra: str) -> dict:
+    """The environment of a process that must talk to the local endpoint only, with fake credentials."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(FAKE_CREDENTIALS)
+    env.update(AWS_DEFAULT_REGION=REGION, AWS_REGION=REGION, AWS_ENDPOINT_URL=endpoint)
+    # No shared config or credentials file of the caller may leak in.
+    env.update(AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_EC2_METADATA_DISABLED="true")
+    env.update(extra)
+    return env
+
+
+class MotoServer:
+    def __init__(self, log_path: Path):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, MOTO_IAM_LOAD_MANAGED_POLICIES="true")
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, str(self.port)], env=env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto server exited with {self.proc.returncode}; see {log_path}")
+            try:
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/reset-auth", data=b"{}", timeout=2).read()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server did not answer on {self.endpoint} within 60 s")
+                time.sleep(0.2)
+                continue
+            break
+        # Batch jobs then go SUBMITTED -> ... -> SUCCEEDED without a Docker engine.
+        self.post("/moto-api/config", {"batch": {"use_docker": False}})
+
+    def post(self, path: str, body: dict) -> bytes:
+        req = urllib.request.Request(
+            self.endpoint + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+def terraform_mirror() -> Path | None:
+    """The filesystem mirror that holds hashicorp/aws 5.100.0 (the directory above registry.terraform.io)."""
+    candidates = [os.environ.get("CLEANRL_TF_PLUGIN_MIRROR", ""), "/opt/tf-plugins", "/usr/share/terraform/plugins",
+                  str(Path.home() / ".terraform.d" / "plugins"), "/usr/local/share/terraform/plugins"]
+    for c in candidates:
+        if c and (Path(c) / "registry.terraform.io" / "hashicorp" / "aws" / "5.100.0").is_dir():
+            return Path(c)
+    found = subprocess.run(
+        ["find", "/", "-maxdepth", "5", "-path", "*registry.terraform.io/hashicorp/aws", "-not", "-path", "/proc/*"],
+        capture_output=True, text=True, timeout=60,
+    ).stdout.split()
+    for f in found:
+        if (Path(f) / "5.100.0").is_dir():
+            return Path(f).parent.parent.parent
+    return None
+
+
+def terraform_binary() -> str | None:
+    return shutil.which("terraform")
+
+
+def _patch_moto():
+    # moto 5.2 drops nodeProperties when it describes a multi-node job definition (JobDefinition.describe
+    # returns containerProperties and eksProperties only). terraform's provider then reads an empty
+    # node_properties back and plans to replace the definition forever. Add the field back; a moto that
+    # already returns it is left as it is.
+    from moto.batch.models import JobDefinition
+
+    original = JobDefinition.describe
+
+    def describe(self):
+        result = original(self)
+        if self.node_properties is not None and "nodeProperties" not in result:
+            result["nodeProperties"] = self.node_properties
+        return result
+
+    JobDefinition.describe = describe
+
+
+if __name__ == "__main__":
+    _patch_moto()
+    from moto.server import main
+
+    main(["--host", "127.0.0.1", "--port", sys.argv[1]])
