@@ -1,0 +1,652 @@
+# docs: docs/rl-algorithms/ppo.md
+"""PPO with the Nature CNN on Atari (default BreakoutNoFrameskip-v4).
+
+Proximal Policy Optimization, Schulman et al. 2017, https://arxiv.org/abs/1707.06347, with the Atari
+network and preprocessing of Mnih et al. 2015 (https://www.nature.com/articles/nature14236) and the
+implementation details of Huang et al. 2022,
+https://iclr-blog-track.github.io/2022/03/25/ppo-implementation-details/.
+
+Environments come from ale-py's native C++ vector env (default, `--env-backend ale-vector`) or from
+gymnasium wrappers over `gym.make` (`--env-backend gymnasium`); both give the same preprocessing (see
+`make_atari_envs`). Learning uses sign-clipped rewards and ends an episode at every lost life, while
+charts/episodic_return is the real game score of a whole game (all lives).
+
+Run:
+    python cleanrl/ppo_atari.py --env-id BreakoutNoFrameskip-v4
+    python cleanrl/ppo_atari.py --env-id ALE/Pong-v5 --env-backend gymnasium --capture-video
+    python cleanrl/ppo_atari.py --help
+"""
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import NoReturn, Optional
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    # [shared:common-args] source: cleanrl/ppo.py
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, use CUDA when it is available"""
+    track: bool = False
+    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the W&B project name"""
+    wandb_entity: Optional[str] = None
+    """the W&B entity (team); None uses your default entity"""
+    capture_video: bool = False
+    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
+    save_model: bool = False
+    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
+    eval_episodes: int = 10
+    """number of episodes of the evaluation that follows --save-model"""
+    # [/shared:common-args]
+    eval_max_frames: Optional[int] = None
+    """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
+
+    # Algorithm specific arguments
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
+    env_backend: str = "ale-vector"
+    """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
+    total_timesteps: int = 10000000
+    """total environment steps of the experiment (agent steps; each is 4 emulator frames)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """if toggled, the learning rate decays linearly to 0 over the run"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the generalized advantage estimation"""
+    num_minibatches: int = 4
+    """the number of minibatches per update epoch"""
+    update_epochs: int = 4
+    """the number of epochs over the rollout per update"""
+    norm_adv: bool = True
+    """if toggled, normalize advantages per minibatch"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient epsilon"""
+    clip_vloss: bool = True
+    """if toggled, clip the value loss as in the PPO paper's reference code"""
+    ent_coef: float = 0.01
+    """the coefficient of the entropy bonus"""
+    vf_coef: float = 0.5
+    """the coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for gradient clipping"""
+    target_kl: Optional[float] = None
+    """if set, stop the update epochs early once the approximate KL exceeds it"""
+
+
+# [shared:run-setup] source: cleanrl/ppo.py
+def fail(message: str) -> NoReturn:
+    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
+    raise SystemExit(f"error: {message}")
+
+
+def make_probe_env(env_id: str) -> gym.Env:
+    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+
+
+def seed_everything(seed: int, torch_deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+def start_logging(args, run_name: str) -> SummaryWriter:
+    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+    return writer
+# [/shared:run-setup]
+
+
+def derive_sizes(args: Args) -> tuple[int, int, int]:
+    """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.eval_max_frames is not None and args.eval_max_frames < 1:
+        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches != 0:
+        fail(
+            f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
+            f"does not divide into --num-minibatches {args.num_minibatches}"
+        )
+    num_iterations = args.total_timesteps // batch_size
+    if num_iterations < 1:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)")
+    return batch_size, batch_size // args.num_minibatches, num_iterations
+
+
+# [shared:atari-env] source: cleanrl/ppo_atari.py
+# Atari environments with the preprocessing of Mnih et al. 2015 (as in OpenAI Baselines' atari_wrappers):
+# noop reset (up to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84
+# grayscale (cv2 INTER_AREA), a stack of the last 4 frames (zeros before the first), episodic life and
+# sign-clipped rewards for learning. Observations are uint8 (num_envs, 4, 84, 84); scale them in the network.
+gym.register_envs(ale_py)
+ATARI_BACKENDS = ("ale-vector", "gymnasium")
+
+
+def atari_emulator_settings(env_id: str) -> dict:
+    """The emulator settings an Atari id stands for, read from its gymnasium registration.
+
+    Accepted ids: `<Game>NoFrameskip-v4` (repeat_action_probability 0, the setting of the DQN and PPO
+    papers and of CleanRL's benchmarks) and `ALE/<Game>-v5` (sticky actions with p=0.25, Machado et al. 2018).
+    Both use the minimal action set and a limit of 108000 frames (30 minutes) per game. Frame skipping is done
+    by the preprocessing, so ids that skip frames themselves (`Breakout-v4`: random 2-5), v0 ids and RAM-observation
+    variants (`-ram`) are refused, as is anything that is not an ale-py game: one `error:` line, exit 1.
+    """
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+    if spec.entry_point != "ale_py.env:AtariEnv":
+        fail(f"{env_id} is not an Atari game; use an id like BreakoutNoFrameskip-v4 or ALE/Breakout-v5")
+    kwargs = spec.kwargs
+    supported = env_id.endswith("NoFrameskip-v4") or (spec.namespace == "ALE" and spec.version == 5)
+    if not supported or kwargs.get("obs_type", "rgb") != "rgb":
+        fail(f"{env_id} is not supported; use a <Game>NoFrameskip-v4 or ALE/<Game>-v5 id (image observations)")
+    return dict(
+        game=kwargs["game"],
+        repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
+        full_action_space=bool(kwargs.get("full_action_space", False)),
+        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)),
+    )
+
+
+class FireOnReset(gym.Wrapper):
+    """Press FIRE for one emulator frame after each game reset, before the noops, like the native env's
+    use_fire_reset (games such as Breakout wait for FIRE to launch). Sits under the frame skip, so it costs
+    one frame, not four. It acts at game starts only: after a lost life the agent must press FIRE itself."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire_action = meanings.index("FIRE") if "FIRE" in meanings else None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        if self.fire_action is not None:
+            obs, _, terminated, truncated, info = self.env.step(self.fire_action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, noop_max: int, max_frames: int):
+    """Thunk for the gymnasium backend: one whole game per episode (life loss is handled by AtariGameStatistics)."""
+
+    def thunk():
+        settings = atari_emulator_settings(env_id)
+        # frameskip=1: AtariPreprocessing skips frames itself (v5 ids skip 4 by default).
+        kwargs = dict(
+            frameskip=1,
+            repeat_action_probability=settings["repeat_action_probability"],
+            full_action_space=settings["full_action_space"],
+            max_num_frames_per_episode=max_frames,
+        )
+        if capture_video and idx == 0:
+            # The video shows every emulator frame in colour, whole games (all lives).
+            env = gym.make(env_id, render_mode="rgb_array", **kwargs)
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id, **kwargs)
+        env = FireOnReset(env)
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True)
+        # padding_type="zero": the first observation of a game is [0, 0, 0, frame], as in the native env.
+        return gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+
+    return thunk
+
+
+class RecordFirstGameFrames(gym.vector.VectorWrapper):
+    """Video for the ale-vector backend, which renders nothing: the newest 84x84 grayscale frame that env 0's
+    agent observes, one mp4 per whole game on gymnasium's capped cubic schedule (games 0, 1, 8, 27, ..., 1000,
+    2000, ...), at 15 fps (60 Hz / 4-frame skip). Wrap the full-game env (before AtariGameStatistics)."""
+
+    def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
+        super().__init__(env)
+        self.video_folder, self.game_index, self.frames = video_folder, 0, []
+
+    def _add(self, stacked_obs: np.ndarray) -> None:
+        if capped_cubic_video_schedule(self.game_index):
+            self.frames.append(np.repeat(stacked_obs[-1][..., None], 3, axis=-1))
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.frames = []
+        self._add(obs[0])
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if terminated[0] or truncated[0]:
+            self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
+            if self.frames:
+                save_video(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
+            self.game_index, self.frames = self.game_index + 1, []
+        self._add(obs[0])
+        return obs, reward, terminated, truncated, info
+
+
+class AtariGameStatistics(gym.vector.VectorWrapper):
+    """The learning signal and the real score, over a vector env whose episodes are whole games.
+
+    step() returns:
+    - reward: sign(r) in {-1, 0, 1} if clip_rewards (Mnih et al. 2015), else the raw score change.
+    - terminated: game over, or (if terminal_on_life_loss) a life lost on this step. A lost life does not
+      reset the game: the next observation continues it, but nothing is bootstrapped across the lost life
+      (episodic life, Mnih et al. 2015). `info["life_lost"]` marks those steps.
+    - truncated: the game hit its frame limit. Same-step autoreset: at a game end the observation is already
+      the next game's first one and `info["final_obs"]` holds the last one.
+    - info["episode"] = {"r": raw score of the whole game over all lives, "l": its length in agent steps,
+      "t": seconds since the wrapper was made}, with the mask info["_episode"], on the steps where a game
+      ends (the keys of gymnasium's RecordEpisodeStatistics, but counting whole games and unclipped rewards).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, terminal_on_life_loss: bool = True, clip_rewards: bool = True):
+        super().__init__(env)
+        self.terminal_on_life_loss, self.clip_rewards = terminal_on_life_loss, clip_rewards
+        self.start_time = time.perf_counter()
+        self.game_returns = np.zeros(self.num_envs, dtype=np.float64)
+        self.game_lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self.lives = np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.game_returns[:] = 0
+        self.game_lengths[:] = 0
+        self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        raw_reward = np.asarray(reward, dtype=np.float64)
+        self.game_returns += raw_reward
+        self.game_lengths += 1
+        game_over = np.logical_or(terminated, truncated)
+        # at a game end, info["lives"] already belongs to the next game, so only compare within a game
+        lives = np.asarray(info["lives"], dtype=np.int64)
+        life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
+        self.lives = lives.copy()
+        info["life_lost"] = life_lost
+        if game_over.any():
+            info["episode"] = {
+                "r": np.where(game_over, self.game_returns, 0.0),
+                "l": np.where(game_over, self.game_lengths, 0),
+                "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0),
+            }
+            info["_episode"] = game_over
+            self.game_returns[game_over] = 0
+            self.game_lengths[game_over] = 0
+        if self.terminal_on_life_loss:
+            terminated = np.logical_or(terminated, life_lost)
+        if self.clip_rewards:
+            reward = np.sign(raw_reward)
+        return obs, reward.astype(np.float32), terminated, truncated, info
+
+
+def make_atari_envs(
+    env_id: str,
+    num_envs: int,
+    backend: str = "ale-vector",
+    capture_video: bool = False,
+    run_name: str = "",
+    noop_max: int = 30,
+    terminal_on_life_loss: bool = True,
+    clip_rewards: bool = True,
+    max_frames: Optional[int] = None,
+) -> gym.vector.VectorEnv:
+    """Vector env of `num_envs` preprocessed Atari games with same-step autoreset; seed it with reset(seed=s)
+    (env i gets seed s + i). Observations uint8 (num_envs, 4, 84, 84); step() as in AtariGameStatistics.
+
+    backend "ale-vector": ale-py's C++ AtariVectorEnv (threaded, fastest). Its own reward clipping and episodic
+    life are off: its episodic_life resets the whole game at every lost life, so whole-game scores would be lost.
+    backend "gymnasium": FireOnReset, AtariPreprocessing and FrameStackObservation in a SyncVectorEnv (on
+    2 cores the process traffic of AsyncVectorEnv costs more than it saves).
+    The two agree frame for frame except the noop count at reset: native draws 0..noop_max-1 noops from its own
+    RNG (one fewer when it pressed FIRE), gymnasium 1..noop_max from the env's np_random.
+    capture_video records env 0 to videos/{run_name}: colour frames of whole games with the gymnasium backend,
+    the agent's 84x84 grayscale frames with ale-vector. max_frames overrides the id's frame limit per game.
+    """
+    if backend not in ATARI_BACKENDS:
+        fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+    settings = atari_emulator_settings(env_id)
+    max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
+    if backend == "ale-vector":
+        envs = AtariVectorEnv(
+            settings["game"],
+            num_envs,
+            repeat_action_probability=settings["repeat_action_probability"],
+            full_action_space=settings["full_action_space"],
+            max_num_frames_per_episode=max_frames,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            img_height=84,
+            img_width=84,
+            grayscale=True,
+            stack_num=4,
+            frameskip=4,
+            maxpool=True,
+            noop_max=noop_max,
+            use_fire_reset=True,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
+        )
+        if capture_video:
+            envs = RecordFirstGameFrames(envs, f"videos/{run_name}")
+    else:
+        envs = gym.vector.SyncVectorEnv(
+            [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+# [/shared:atari-env]
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """Nature CNN (Mnih et al. 2015) shared by a policy head and a value head."""
+
+    def __init__(self, n_actions: int):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),  # (batch, 64 * 7 * 7)
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(x / 255.0)  # uint8 frames in [0, 255] -> floats in [0, 1]
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.features(x))
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        hidden = self.features(x)
+        probs = Categorical(logits=self.actor(hidden))
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+# [shared:gae] source: cleanrl/ppo.py
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminations: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, Eq. 16) over a rollout with episode ends.
+
+    All inputs are (num_steps, num_envs). `next_values[t]` is V(s_{t+1}) of the true successor of s_t:
+    for a step that ended an episode by truncation it is the value of the final observation, so a
+    time-limit cut still bootstraps. `terminations[t]` = 1 drops that bootstrap (s_{t+1} is terminal).
+    `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
+    Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
+    """
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+# [/shared:gae]
+
+
+def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
+    """Real game scores of args.eval_episodes whole games on a fresh env, actions sampled from the policy.
+
+    Sampling, not argmax: a greedy Atari policy can get stuck (e.g. never pressing FIRE after a lost life in
+    Breakout), which makes a game last until the frame limit.
+    """
+    envs = make_atari_envs(
+        args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
+    )
+    obs, _ = envs.reset(seed=args.seed + 10_000)
+    returns = []
+    while len(returns) < args.eval_episodes:
+        with torch.no_grad():
+            actions, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
+        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
+        if "episode" in infos:
+            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
+    envs.close()
+    return returns[: args.eval_episodes]
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    # Everything that can be wrong with the input is checked before the run directory exists.
+    batch_size, minibatch_size, num_iterations = derive_sizes(args)
+    atari_emulator_settings(args.env_id)
+    if args.env_backend not in ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+    # ALE/ ids would make a nested run directory
+    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    writer = start_logging(args, run_name)
+
+    seed_everything(args.seed, args.torch_deterministic)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        # THREADS_COMMENT
+        torch.set_num_threads(1)
+
+    # env setup
+    envs = make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run_name)
+    obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
+    agent = Agent(int(envs.single_action_space.n)).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # storage: (num_steps, num_envs, ...); frames stay uint8 (4x less memory than float), the network scales them
+    obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    terminations = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+
+    global_step = 0
+    start_time = time.time()
+    next_obs, _ = envs.reset(seed=args.seed)
+    envs.action_space.seed(args.seed)
+    next_obs = torch.as_tensor(next_obs, device=device)
+
+    for iteration in range(1, num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        # rollout
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+
+            # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
+            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, device=device)
+            terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
+            dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
+            next_obs = torch.as_tensor(next_obs_np, device=device)
+            # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps
+            # from the value of the true final observation, which same-step autoreset keeps in
+            # info["final_obs"]. A step that both lost a life and hit the limit counts as terminated.
+            only_trunc = np.logical_and(trunc, np.logical_not(term))
+            truncated[step] = torch.as_tensor(only_trunc, device=device)
+            if only_trunc.any():
+                final_obs = np.stack(infos["final_obs"][only_trunc])
+                with torch.no_grad():
+                    final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
+                        torch.as_tensor(final_obs, device=device)
+                    ).flatten()
+
+            if "episode" in infos:
+                # whole games, real (unclipped) score over all lives
+                for i in np.nonzero(infos["_episode"])[0]:
+                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+
+        # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            next_values = torch.cat([values[1:], next_value], dim=0)
+            next_values = torch.where(truncated, final_values, next_values)
+            advantages, returns = compute_gae(
+                rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda
+            )
+
+        # flatten the batch: (num_steps * num_envs, ...)
+        b_obs = obs.reshape((-1,) + obs_shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape(-1)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        # optimize the policy and value network
+        b_inds = np.arange(batch_size)
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, batch_size, minibatch_size):
+                mb_inds = b_inds[start : start + minibatch_size]
+
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                newvalue = newvalue.view(-1)
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                    )
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        print(f"global_step={global_step}, SPS={sps}")
+
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        torch.save(agent.state_dict(), model_path)
+        print(f"model saved to {model_path}")
+        episodic_returns = evaluate(agent, args, run_name, device)
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
+
+    envs.close()
+    writer.close()
