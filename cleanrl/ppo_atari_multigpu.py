@@ -1,0 +1,583 @@
+# docs: docs/distributed.md
+"""PPO on Atari, data-parallel over processes (one GPU each, or CPU processes with gloo).
+
+The algorithm of cleanrl/ppo_atari.py, run by N copies that each step their own share of the
+environments and average their gradients with one all-reduce per minibatch, so all copies hold the
+same weights at every step. Proximal Policy Optimization, Schulman et al. 2017,
+https://arxiv.org/abs/1707.06347; Atari details from Huang et al. 2022,
+https://iclr-blog-track.github.io/2022/03/25/ppo-implementation-details/.
+
+Run:
+    python cleanrl/ppo_atari_multigpu.py --env-id BreakoutNoFrameskip-v4          # one process
+    torchrun --standalone --nnodes=1 --nproc_per_node=2 cleanrl/ppo_atari_multigpu.py --env-id BreakoutNoFrameskip-v4
+    # two machines with 4 GPUs each; run on both, --node-rank 0 on the machine at HOST, 1 on the other
+    torchrun --nnodes=2 --nproc_per_node=4 --node-rank=R --master-addr=HOST --master-port=29500 \\
+        cleanrl/ppo_atari_multigpu.py --env-id BeamRiderNoFrameskip-v4 --num-envs 32 --total-timesteps 100000000
+    python cleanrl/ppo_atari_multigpu.py --help
+"""
+
+import hashlib
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Literal, NoReturn, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    # [shared:common-args] source: cleanrl/ppo.py
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, use CUDA when it is available"""
+    track: bool = False
+    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the W&B project name"""
+    wandb_entity: Optional[str] = None
+    """the W&B entity (team); None uses your default entity"""
+    capture_video: bool = False
+    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
+    save_model: bool = False
+    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
+    eval_episodes: int = 10
+    """number of episodes of the evaluation that follows --save-model"""
+    # [/shared:common-args]
+    backend: Optional[Literal["nccl", "gloo"]] = None
+    """the torch.distributed backend; None picks nccl when the processes use CUDA and gloo on CPU"""
+
+    # Algorithm specific arguments
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """the id of the environment"""
+    total_timesteps: int = 10000000
+    """total environment steps of the experiment, summed over all ranks"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel environments over ALL ranks; each rank steps num_envs / world size of them"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """if toggled, the learning rate decays linearly to 0 over the run"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the generalized advantage estimation"""
+    num_minibatches: int = 4
+    """the number of minibatches per update epoch (each one is split evenly over the ranks)"""
+    update_epochs: int = 4
+    """the number of epochs over the rollout per update"""
+    norm_adv: bool = True
+    """if toggled, normalize advantages per minibatch (over the global minibatch, all ranks together)"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient epsilon"""
+    clip_vloss: bool = True
+    """if toggled, clip the value loss as in the PPO paper's reference code"""
+    ent_coef: float = 0.01
+    """the coefficient of the entropy bonus"""
+    vf_coef: float = 0.5
+    """the coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for gradient clipping"""
+    target_kl: Optional[float] = None
+    """if set, stop the update epochs early once the approximate KL (averaged over ranks) exceeds it"""
+
+
+# [shared:run-setup] source: cleanrl/ppo.py
+def fail(message: str) -> NoReturn:
+    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
+    raise SystemExit(f"error: {message}")
+
+
+def make_probe_env(env_id: str) -> gym.Env:
+    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+
+
+def seed_everything(seed: int, torch_deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+def start_logging(args, run_name: str) -> SummaryWriter:
+    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+    return writer
+# [/shared:run-setup]
+
+
+def distributed_env() -> tuple[int, int, int, int]:
+    """(rank, local_rank, node_rank, world_size) from the variables torchrun sets; plain `python` is rank 0 of 1.
+
+    RANK is the global rank, unique over all machines; LOCAL_RANK only numbers the processes of one
+    machine (every machine has a LOCAL_RANK 0) and so picks the GPU, never the role. GROUP_RANK is the
+    machine's index (--node-rank), used only in the start-up line.
+    """
+    try:
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        node_rank = int(os.environ.get("GROUP_RANK", "0"))
+    except ValueError as e:
+        fail(f"bad torchrun environment variable: {e}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        fail(f"RANK={rank} and WORLD_SIZE={world_size} are inconsistent")
+    return rank, local_rank, node_rank, world_size
+
+
+def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
+    """Per-rank sizes follow from the global flags; they are checked here, never set by hand.
+
+    Returns (envs_per_rank, local_batch_size, local_minibatch_size, num_iterations). The global batch is
+    num_envs * num_steps; each rank holds envs_per_rank * num_steps of it, and each global minibatch is
+    made of one local minibatch from every rank.
+    """
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.num_envs % world_size != 0:
+        fail(f"--num-envs {args.num_envs} (all ranks together) does not divide evenly over {world_size} ranks")
+    envs_per_rank = args.num_envs // world_size
+    local_batch_size = envs_per_rank * args.num_steps
+    if local_batch_size % args.num_minibatches != 0:
+        fail(
+            f"the batch of one rank (--num-envs {args.num_envs} / {world_size} ranks x --num-steps {args.num_steps}"
+            f" = {local_batch_size}) does not divide into --num-minibatches {args.num_minibatches}"
+        )
+    global_batch_size = args.num_envs * args.num_steps
+    num_iterations = args.total_timesteps // global_batch_size
+    if num_iterations < 1:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({global_batch_size} steps)")
+    return envs_per_rank, local_batch_size, local_batch_size // args.num_minibatches, num_iterations
+
+
+def pick_device(args: Args, local_rank: int) -> torch.device:
+    """One GPU per process, chosen by LOCAL_RANK; CPU when CUDA is off or absent."""
+    if args.cuda and torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
+        device = torch.device("cuda", local_rank)
+        # Without this, NCCL and every unqualified "cuda" tensor would land on GPU 0 in every process.
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def pick_backend(args: Args, device: torch.device) -> str:
+    backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
+    if backend == "nccl" and device.type != "cuda":
+        fail("--backend nccl needs CUDA; use --backend gloo (the default on CPU)")
+    return backend
+
+
+def broadcast_parameters(module: nn.Module, world_size: int) -> None:
+    """Copy rank 0's weights to every rank (one flat broadcast), so all replicas start identical."""
+    if world_size == 1:
+        return
+    flat = nn.utils.parameters_to_vector(module.parameters())
+    dist.broadcast(flat, src=0)
+    nn.utils.vector_to_parameters(flat, module.parameters())
+
+
+def all_reduce_gradients(params: list[nn.Parameter], world_size: int) -> None:
+    """Replace every rank's gradients by their mean over ranks: one all-reduce of one flat buffer.
+
+    Each rank's loss is a mean over its equal share of the global minibatch, so the mean of the ranks'
+    gradients is exactly the gradient of the mean loss over the whole global minibatch. After this call
+    every rank holds the same gradient, so the same clipping and optimizer step keep the replicas
+    identical. One flat buffer costs one collective per minibatch instead of one per tensor.
+    """
+    if world_size == 1:
+        return
+    grads = [p.grad for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world_size  # ReduceOp.AVG exists on NCCL only; SUM then divide works on gloo as well
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def normalize_advantages(advantages: torch.Tensor, world_size: int) -> torch.Tensor:
+    """(A - mean) / (std + 1e-8) with the mean and (unbiased) std of the GLOBAL minibatch.
+
+    With per-rank statistics the update would depend on how the minibatch is cut over ranks; with global
+    ones N ranks holding 1/N each compute what one process holding all of it computes. Two scalar
+    all-reduces (mean first, then squared deviations) avoid the cancellation of a one-pass variance.
+    """
+    if world_size == 1:
+        return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    count = advantages.numel() * world_size  # every rank holds an equal share
+    total = advantages.sum()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    mean = total / count
+    sq_dev = ((advantages - mean) ** 2).sum()
+    dist.all_reduce(sq_dev, op=dist.ReduceOp.SUM)
+    std = torch.sqrt(sq_dev / (count - 1))
+    return (advantages - mean) / (std + 1e-8)
+
+
+def mean_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    """The mean of a tensor over ranks (every rank gets it); the identity in a single process."""
+    if world_size == 1:
+        return x
+    x = x.detach().clone()
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x / world_size
+
+
+def stop_early(approx_kl: torch.Tensor, target_kl: Optional[float], world_size: int) -> bool:
+    """The target-kl test decided by all ranks together: each rank sees its own minibatch's KL, so local
+    decisions could differ, and a rank that leaves the epoch loop early would leave the others waiting in
+    an all-reduce forever. Every rank compares the same rank-averaged KL and so takes the same branch."""
+    if target_kl is None:
+        return False
+    return bool(mean_over_ranks(approx_kl, world_size) > target_kl)
+
+
+def gather_episodes(episodes: list[tuple[int, float, int]], world_size: int) -> list[tuple[int, float, int]]:
+    """Every rank's finished episodes (global_step, return, length), collected on every rank, ordered by step.
+
+    Called once per rollout rather than per step, so it costs one collective per iteration."""
+    if world_size == 1:
+        return list(episodes)
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, episodes)
+    return sorted((e for rank_episodes in gathered for e in rank_episodes), key=lambda e: e[0])
+
+
+def parameter_checksum(module: nn.Module) -> str:
+    """SHA-256 of the exact bytes of all parameters: equal checksums mean bit-identical replicas."""
+    h = hashlib.sha256()
+    for p in module.parameters():
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+# PROVISIONAL: replaced by the atari-env shared block of cleanrl/ppo_atari.py when it lands.
+def make_envs(args: Args, num_envs: int, run_name: str, capture_video: bool) -> gym.vector.VectorEnv:
+    import ale_py  # noqa: F401
+    from ale_py.vector_env import AtariVectorEnv
+
+    game = args.env_id.split("NoFrameskip")[0]
+    game = "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(game))
+    envs = AtariVectorEnv(
+        game, num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, reward_clipping=False, num_threads=1
+    )
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, n_actions: int):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.network(x / 255.0))
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        hidden = self.network(x / 255.0)
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+# [shared:gae] source: cleanrl/ppo.py
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminations: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, Eq. 16) over a rollout with episode ends.
+
+    All inputs are (num_steps, num_envs). `next_values[t]` is V(s_{t+1}) of the true successor of s_t:
+    for a step that ended an episode by truncation it is the value of the final observation, so a
+    time-limit cut still bootstraps. `terminations[t]` = 1 drops that bootstrap (s_{t+1} is terminal).
+    `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
+    Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
+    """
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+# [/shared:gae]
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    rank, local_rank, node_rank, world_size = distributed_env()
+    # Everything that can be wrong with the input is checked before the run directory exists; every rank
+    # checks the same flags, so every rank fails the same way before any collective.
+    envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
+    device = pick_device(args, local_rank)
+    backend = pick_backend(args, device)
+    if world_size > 1:
+        dist.init_process_group(
+            backend=backend, rank=rank, world_size=world_size, device_id=device if device.type == "cuda" else None
+        )
+    try:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
+        writer = start_logging(args, run_name) if rank == 0 else None
+
+        # Distinct seeds per rank: rank r's torch/numpy streams (action sampling, minibatch shuffles) start
+        # from seed + r, and its envs get seeds seed + r * envs_per_rank + i, so over all ranks the envs are
+        # seeded seed, ..., seed + num_envs - 1, exactly like one process stepping all num_envs envs.
+        seed_everything(args.seed + rank, args.torch_deterministic)
+        env_seed = args.seed + rank * envs_per_rank
+        if device.type == "cpu":
+            # Processes on one machine share its cores; more threads than cores per process only thrash.
+            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            torch.set_num_threads(max(1, torch.get_num_threads() // local_world_size))
+        print(
+            f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
+            f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}",
+            flush=True,
+        )
+
+        # env setup: this rank's share of the environments; only rank 0 may record video
+        envs = make_envs(args, envs_per_rank, run_name, args.capture_video and rank == 0)
+        agent = Agent(int(envs.single_action_space.n)).to(device)
+        # Every rank built its own random init (seeded differently); rank 0's is the one all ranks use.
+        broadcast_parameters(agent, world_size)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+        # storage: (num_steps, envs_per_rank, ...)
+        obs = torch.zeros((args.num_steps, envs_per_rank) + envs.single_observation_space.shape, device=device)
+        actions = torch.zeros((args.num_steps, envs_per_rank) + envs.single_action_space.shape, device=device)
+        logprobs = torch.zeros((args.num_steps, envs_per_rank), device=device)
+        rewards = torch.zeros((args.num_steps, envs_per_rank), device=device)
+        terminations = torch.zeros((args.num_steps, envs_per_rank), device=device)
+        dones = torch.zeros((args.num_steps, envs_per_rank), device=device)
+        values = torch.zeros((args.num_steps, envs_per_rank), device=device)
+        final_values = torch.zeros((args.num_steps, envs_per_rank), device=device)
+        truncated = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.bool, device=device)
+
+        # global_step counts environment steps of ALL ranks (each rank steps the same count in lockstep)
+        global_step = 0
+        start_time = time.time()
+        next_obs, _ = envs.reset(seed=env_seed)
+        envs.action_space.seed(env_seed)
+        next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+
+        for iteration in range(1, num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            # rollout
+            episodes = []
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                with torch.no_grad():
+                    action, logprob, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value.flatten()
+                actions[step] = action
+                logprobs[step] = logprob
+
+                next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
+                rewards[step] = torch.as_tensor(np.sign(reward), dtype=torch.float32, device=device)
+                terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
+                dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
+                next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+                only_trunc = np.logical_and(trunc, np.logical_not(term))
+                truncated[step] = torch.as_tensor(only_trunc, device=device)
+                if only_trunc.any():
+                    final_obs = np.stack(infos["final_obs"][only_trunc])
+                    with torch.no_grad():
+                        final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
+                            torch.as_tensor(final_obs, dtype=torch.float32, device=device)
+                        ).flatten()
+
+                if "episode" in infos:
+                    for i in np.nonzero(infos["_episode"])[0]:
+                        episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+
+            # episodes of all ranks, logged by rank 0 (one collective per rollout)
+            episodes = gather_episodes(episodes, world_size)
+            if rank == 0:
+                for episode_step, episodic_return, episodic_length in episodes:
+                    writer.add_scalar("charts/episodic_return", episodic_return, episode_step)
+                    writer.add_scalar("charts/episodic_length", episodic_length, episode_step)
+
+            # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
+            with torch.no_grad():
+                next_value = agent.get_value(next_obs).reshape(1, -1)
+                next_values = torch.cat([values[1:], next_value], dim=0)
+                next_values = torch.where(truncated, final_values, next_values)
+                advantages, returns = compute_gae(
+                    rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda
+                )
+
+            # flatten this rank's share of the batch: (num_steps * envs_per_rank, ...)
+            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+            b_logprobs = logprobs.reshape(-1)
+            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
+            b_advantages = advantages.reshape(-1)
+            b_returns = returns.reshape(-1)
+            b_values = values.reshape(-1)
+
+            # optimize the policy and value network: each rank takes local minibatches of its own share in its
+            # own shuffled order; together the ranks' k-th local minibatches form the k-th global minibatch.
+            b_inds = np.arange(local_batch_size)
+            clipfracs = []
+            epochs_run = 0
+            for epoch in range(args.update_epochs):
+                epochs_run += 1
+                np.random.shuffle(b_inds)
+                for start in range(0, local_batch_size, local_minibatch_size):
+                    mb_inds = b_inds[start : start + local_minibatch_size]
+
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+                        b_obs[mb_inds], b_actions.long()[mb_inds]
+                    )
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
+
+                    with torch.no_grad():
+                        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mb_advantages = normalize_advantages(mb_advantages, world_size)
+
+                    # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                    newvalue = newvalue.view(-1)
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                        )
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+
+                    optimizer.zero_grad()
+                    loss.backward()
+                    # The one distributed step of the update: average the gradients over ranks (one flat
+                    # all-reduce), so every rank clips and steps with the gradient of the global minibatch.
+                    all_reduce_gradients(list(agent.parameters()), world_size)
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    optimizer.step()
+
+                if stop_early(approx_kl, args.target_kl, world_size):
+                    break
+
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+            # the last minibatch's statistics, averaged over ranks in one all-reduce (this rank's alone otherwise)
+            logged = torch.stack(
+                [
+                    v_loss.detach(),
+                    pg_loss.detach(),
+                    entropy_loss.detach(),
+                    old_approx_kl,
+                    approx_kl,
+                    torch.stack(clipfracs).mean(),
+                    torch.tensor(explained_var, dtype=torch.float32, device=device),
+                ]
+            )
+            logged = mean_over_ranks(logged, world_size).tolist()
+            if rank == 0:
+                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                writer.add_scalar("losses/value_loss", logged[0], global_step)
+                writer.add_scalar("losses/policy_loss", logged[1], global_step)
+                writer.add_scalar("losses/entropy", logged[2], global_step)
+                writer.add_scalar("losses/old_approx_kl", logged[3], global_step)
+                writer.add_scalar("losses/approx_kl", logged[4], global_step)
+                writer.add_scalar("losses/clipfrac", logged[5], global_step)
+                writer.add_scalar("losses/explained_variance", logged[6], global_step)
+                writer.add_scalar("charts/update_epochs", epochs_run, global_step)
+                sps = int(global_step / (time.time() - start_time))
+                writer.add_scalar("charts/SPS", sps, global_step)
+
+        if args.save_model and rank == 0:
+            model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+            torch.save(agent.state_dict(), model_path)
+            print(f"model saved to {model_path}")
+
+        # one line per rank: equal checksums on all ranks mean the replicas never drifted
+        print(f"rank {rank}/{world_size}: parameter checksum {parameter_checksum(agent)}", flush=True)
+        envs.close()
+        if writer is not None:
+            writer.close()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,199 @@
+"""cleanrl/ppo_atari_multigpu.py: the distributed helpers, and real torchrun runs on CPU with gloo.
+
+Every multi-process test launches real `torchrun` (python -m torch.distributed.run) subprocesses,
+bounded by `timeout`, with budgets that reach several learning updates. The Nature CNN is slow on
+2 CPU cores, so the budgets are tiny: 4 envs in total, 16 steps, 2 minibatches, 2 epochs.
+"""
+
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cleanrl.ppo_atari_multigpu import mean_over_ranks, normalize_advantages, stop_early
+from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir, values
+
+SCRIPT = "ppo_atari_multigpu.py"
+WORKER = ROOT / "tests" / "ppo_atari_multigpu_worker.py"
+LOSS_KEYS = [
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/old_approx_kl",
+    "losses/approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+]
+# 4 envs x 16 steps = a global batch of 64; 192 steps = 3 iterations, each with 2 epochs x 2 minibatches
+TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2"]
+TIMEOUT = 240  # seconds for one launch; a hang in a collective runs into it instead of blocking the suite
+CHECKSUM = re.compile(r"rank (\d+)/(\d+): parameter checksum ([0-9a-f]{64})")
+START = re.compile(r"rank (\d+)/(\d+) \(node (\d+), local rank (\d+)\) on cpu with gloo: (\d+) envs, env seeds (\d+)\.\.(\d+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*launch_args: str) -> list[str]:
+    """A real torchrun launcher, killed by `timeout` (TERM, then KILL 10 s later) if it overruns."""
+    return ["timeout", "-k", "10", str(TIMEOUT), sys.executable, "-m", "torch.distributed.run", *launch_args]
+
+
+def standalone(nproc: int) -> list[str]:
+    return torchrun("--standalone", "--nnodes=1", f"--nproc_per_node={nproc}")
+
+
+def checksums(output: str) -> dict[int, str]:
+    found = {int(rank): digest for rank, _, digest in CHECKSUM.findall(output)}
+    return found
+
+
+# ---- the helpers in a single process (world size 1 must be the plain single-process math) ----
+
+
+def test_normalize_advantages_in_one_process_is_the_plain_formula():
+    adv = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    # mean 2.5, unbiased std sqrt((2.25 + 0.25 + 0.25 + 2.25) / 3) = sqrt(5/3) = 1.2909944
+    expected = torch.tensor([-1.5, -0.5, 0.5, 1.5]) / (1.2909944 + 1e-8)
+    torch.testing.assert_close(normalize_advantages(adv, world_size=1), expected)
+
+
+def test_stop_early_and_mean_in_one_process():
+    kl = torch.tensor(0.02)
+    assert stop_early(kl, 0.01, world_size=1) is True
+    assert stop_early(kl, 0.03, world_size=1) is False
+    assert stop_early(kl, None, world_size=1) is False
+    x = torch.tensor([1.0, -2.0])
+    assert torch.equal(mean_over_ranks(x, world_size=1), x)
+
+
+# ---- gradient equivalence: one process with the whole minibatch vs two ranks with half each ----
+
+
+def test_two_ranks_with_half_the_minibatch_each_make_the_same_update_as_one_process(tmp_path):
+    env = script_env()
+    single = subprocess.run(
+        ["timeout", str(TIMEOUT), sys.executable, str(WORKER), str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert single.returncode == 0, single.stderr[-3000:]
+    double = subprocess.run(
+        standalone(2) + [str(WORKER), str(tmp_path)], env=env, capture_output=True, text=True, timeout=TIMEOUT + 30
+    )
+    assert double.returncode == 0, double.stderr[-3000:]
+    one = torch.load(tmp_path / "rank0_of1.pt")
+    r0, r1 = torch.load(tmp_path / "rank0_of2.pt"), torch.load(tmp_path / "rank1_of2.pt")
+
+    for k in range(2):
+        # advantages are normalized with the statistics of the whole global minibatch, not of each half
+        halves = torch.cat([r0["normalized_advantages"][k], r1["normalized_advantages"][k]])
+        torch.testing.assert_close(halves, one["normalized_advantages"][k], rtol=1e-5, atol=1e-6)
+        # after the all-reduce both ranks hold the same gradient, equal to the whole minibatch's gradient
+        assert torch.equal(r0["grads"][k], r1["grads"][k])
+        torch.testing.assert_close(r0["grads"][k], one["grads"][k], rtol=1e-4, atol=1e-6)
+        # negative control: one half's own gradient is NOT the whole minibatch's (the all-reduce matters)
+        assert not torch.allclose(r0["local_grads"][k], one["grads"][k], rtol=1e-2, atol=1e-4)
+    # after two clipped Adam steps the parameters agree (bit-identical between the two ranks)
+    assert torch.equal(r0["params"], r1["params"])
+    torch.testing.assert_close(r0["params"], one["params"], rtol=1e-5, atol=1e-6)
+
+    # collective decisions: KL 0 on rank 0 and 1 on rank 1 average to 0.5, so both ranks agree, even at
+    # 0.6 where rank 1 alone would have stopped
+    for r in (r0, r1):
+        assert (r["stop_at_0.4"], r["stop_at_0.6"], r["stop_without_target"]) == (True, False, False)
+    # episodes of both ranks reach every rank, ordered by global step
+    assert r0["episodes"] == r1["episodes"] == [(90, 1.0, 2), (100, 0.0, 1)]
+    assert one["episodes"] == [(100, 0.0, 1)]
+
+
+# ---- end to end under torchrun ----
+
+
+def test_two_ranks_end_to_end_identical_parameters_and_rank0_logs_only(workdir):
+    proc = run_script(SCRIPT, *TINY, "--total-timesteps", "192", cwd=workdir, launcher=standalone(2), timeout=TIMEOUT + 30)
+    sums = checksums(proc.stdout)
+    assert set(sums) == {0, 1}, proc.stdout
+    assert sums[0] == sums[1], "the replicas drifted apart"
+    starts = {int(m[0]): m for m in START.findall(proc.stdout)}
+    assert set(starts) == {0, 1}
+    # 2 envs per rank, seeded 1..2 on rank 0 and 3..4 on rank 1
+    assert [(starts[r][4], starts[r][5], starts[r][6]) for r in (0, 1)] == [("2", "1", "2"), ("2", "3", "4")]
+
+    run_dir = single_run_dir(workdir)
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1, "only rank 0 may write an event file"
+    scalars = read_scalars(run_dir)
+    for key in LOSS_KEYS + ["charts/SPS", "charts/learning_rate", "charts/update_epochs"]:
+        # global steps: each iteration adds num_envs (all ranks) x num_steps = 64
+        assert [s for s, _ in scalars.get(key, [])] == [64, 128, 192], key
+    assert values(scalars, "charts/update_epochs") == [2, 2, 2]
+    assert values(scalars, "charts/learning_rate") == pytest.approx([2.5e-4, 2.5e-4 * 2 / 3, 2.5e-4 / 3])
+
+
+def test_early_stopping_on_target_kl_is_collective_and_does_not_hang(workdir):
+    # target-kl 0 stops after the first epoch of every update (the KL after a gradient step is > 0);
+    # if ranks decided alone and disagreed, one would wait forever in an all-reduce and `timeout` would kill it
+    args = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "4"]
+    proc = run_script(
+        SCRIPT, *args, "--total-timesteps", "128", "--target-kl", "0", cwd=workdir, launcher=standalone(2), timeout=TIMEOUT + 30
+    )
+    sums = checksums(proc.stdout)
+    assert set(sums) == {0, 1} and sums[0] == sums[1]
+    assert values(read_scalars(single_run_dir(workdir)), "charts/update_epochs") == [1, 1]
+
+
+def test_two_nodes_on_one_machine_finish_together(workdir):
+    # Two torchrun agents, as on two machines: node 1's only process has LOCAL_RANK 0 but RANK 1.
+    port = free_port()
+    common = ["--nnodes=2", "--nproc_per_node=1", "--master-addr=127.0.0.1", f"--master-port={port}"]
+    script = [str(ROOT / "cleanrl" / SCRIPT), *TINY, "--total-timesteps", "128"]
+    procs = [
+        subprocess.Popen(
+            torchrun(*common, f"--node-rank={node}") + script,
+            cwd=workdir,
+            env=script_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=TIMEOUT + 30) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, f"{out[-2000:]}\n{err[-3000:]}"
+    node_sums = [checksums(out) for out, _ in outputs]
+    assert list(node_sums[0]) == [0] and list(node_sums[1]) == [1]
+    assert node_sums[0][0] == node_sums[1][1]
+    start1 = START.search(outputs[1][0])
+    # node 1, local rank 0, global rank 1 of 2, envs seeded 3..4 (rank 0 has 1..2)
+    assert start1 and start1.groups() == ("1", "2", "1", "0", "2", "3", "4")
+    scalars = read_scalars(single_run_dir(workdir))
+    assert [s for s, _ in scalars["losses/policy_loss"]] == [64, 128]
+
+
+# ---- bad input ----
+
+
+@pytest.mark.parametrize(
+    "args, world, message",
+    [
+        (["--num-envs", "3"], "2", "divide evenly over 2 ranks"),
+        (["--num-envs", "4", "--num-steps", "3", "--num-minibatches", "4"], "2", "num-minibatches"),
+        (["--num-envs", "4", "--total-timesteps", "100"], "1", "total-timesteps"),
+        (["--backend", "nccl", "--no-cuda"], "1", "nccl needs CUDA"),
+    ],
+)
+def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, world, message):
+    # the checks run before the process group forms, so the torchrun variables alone reproduce a rank of a
+    # larger job without starting its peers
+    env = script_env(WORLD_SIZE=world, RANK="0", LOCAL_RANK="0")
+    proc = run_script(SCRIPT, *args, cwd=workdir, check=False, env=env, timeout=120)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last, last
+    assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
