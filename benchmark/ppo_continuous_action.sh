@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # PPO, continuous actions, MuJoCo, 1M steps.
 # The benchmark of cleanrl/ppo_continuous_action.py: env ids, seeds, budget and command in one place (docs/benchmark.md includes it).
-# Extra arguments go to benchmark/run.py, e.g. `bash benchmark/ppo_continuous_action.sh --workers 4`; a stopped run resumes.
+# Extra arguments go to benchmark/run.py (before the `--`), e.g. `bash benchmark/ppo_continuous_action.sh --workers 4`; a stopped run resumes.
 # Then: python benchmark/report.py --results benchmark/results/ppo_continuous_action --out benchmark/report/ppo_continuous_action
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python benchmark/run.py \
-    --command "python cleanrl/ppo_continuous_action.py --total-timesteps 1000000" \
     --env-ids HalfCheetah-v5 Walker2d-v5 Hopper-v5 \
     --seeds 1 2 3 \
-    "$@"
+    "$@" \
+    -- python cleanrl/ppo_continuous_action.py --total-timesteps 1000000

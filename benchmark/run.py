@@ -17,9 +17,10 @@ summary table with its exit code and log tail, and the runner exits 1.
 GPUs: taken from CUDA_VISIBLE_DEVICES when it is set, else from `nvidia-smi -L`. Each run gets
 `--gpus-per-run` of them in CUDA_VISIBLE_DEVICES, the least busy first (round-robin when all are equally busy).
 
+The command comes last, after `--` (or as one string in --command, which also takes {env_id} and {seed}).
+
 Run:
-    python benchmark/run.py --command "python cleanrl/ppo.py --total-timesteps 100000" \
-        --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --workers 2
+    python benchmark/run.py --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --workers 2 -- python cleanrl/ppo.py --total-timesteps 100000
     bash benchmark/ppo.sh            # the benchmark of one script, with its env ids, seeds and budget
     python benchmark/run.py --help
 """
@@ -41,12 +42,12 @@ import tyro
 
 @dataclass
 class Args:
-    command: str
-    """the training command; `--env-id ENV --seed K` are appended unless it contains the placeholders {env_id} and
-    {seed}. Paths ending in .py that exist relative to the current directory are made absolute, since each run
-    starts in its own working directory"""
+    """Runs COMMAND over env ids x seeds: benchmark/run.py [OPTIONS] -- COMMAND (see docs/benchmark.md)."""
+
     env_ids: list[str]
     """the environment ids to run"""
+    command: Optional[str] = None
+    """the training command as one string, or None to give it after `--` as separate words; `--env-id ENV --seed K` are appended unless it contains the placeholders {env_id} and {seed}; paths ending in .py that exist relative to the current directory are made absolute, since each run starts in its own working directory"""
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     """the seeds to run for every environment id"""
     workers: int = 1
@@ -118,33 +119,34 @@ def result_name(tokens: list[str]) -> str:
     fail("--name is needed: the command names no .py file to take the result folder's name from")
 
 
-def build_argv(command: str, env_id: str, seed: int) -> list[str]:
-    if ("{env_id}" in command) != ("{seed}" in command):
-        fail("--command must contain both placeholders {env_id} and {seed}, or neither")
-    if "{env_id}" in command:
-        tokens = [t.format(env_id=env_id, seed=seed) for t in shlex.split(command)]
+def build_argv(command: list[str], env_id: str, seed: int) -> list[str]:
+    text = " ".join(command)
+    if ("{env_id}" in text) != ("{seed}" in text):
+        fail("the command must contain both placeholders {env_id} and {seed}, or neither")
+    if "{env_id}" in text:
+        tokens = [t.replace("{env_id}", env_id).replace("{seed}", str(seed)) for t in command]
     else:
-        tokens = shlex.split(command) + ["--env-id", env_id, "--seed", str(seed)]
+        tokens = command + ["--env-id", env_id, "--seed", str(seed)]
     # each run starts in its own working directory: a script path given relative to here must still resolve
     return [str(Path(t).resolve()) if t.endswith(".py") and Path(t).is_file() else t for t in tokens]
 
 
-def plan_runs(args: Args) -> tuple[Path, list[Run]]:
+def plan_runs(args: Args, command: list[str]) -> tuple[Path, list[Run]]:
     if args.workers < 1:
         fail(f"--workers must be at least 1, got {args.workers}")
     if not args.env_ids or not args.seeds:
         fail("--env-ids and --seeds each need at least one value")
     if len(set(args.seeds)) != len(args.seeds) or len(set(args.env_ids)) != len(args.env_ids):
         fail("--env-ids and --seeds must not repeat a value")
-    tokens = shlex.split(args.command)
+    tokens = command
     if not tokens:
-        fail("--command is empty")
+        fail("no command: give it after `--` or in --command")
     for token in tokens:
         if token.endswith(".py") and not Path(token).is_file() and not Path(token).is_absolute():
             fail(f"the command names {token}, which does not exist relative to {Path.cwd()}")
     root = Path(args.out).resolve() / (args.name or result_name(tokens))
     runs = [
-        Run(env_id, seed, build_argv(args.command, env_id, seed), root / env_id / f"seed{seed}")
+        Run(env_id, seed, build_argv(tokens, env_id, seed), root / env_id / f"seed{seed}")
         for env_id in args.env_ids
         for seed in args.seeds
     ]
@@ -281,8 +283,17 @@ def summary(runs: list[Run], tail_lines: int) -> str:
     return "\n".join(lines)
 
 
-def main(args: Args) -> int:
-    root, runs = plan_runs(args)
+def parse(argv: list[str]) -> tuple[Args, list[str]]:
+    """The runner's own flags come before `--`, the training command after it."""
+    own, command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    args = tyro.cli(Args, args=own)
+    if args.command is not None and command:
+        fail("give the command either in --command or after `--`, not both")
+    return args, (shlex.split(args.command) if args.command is not None else command)
+
+
+def main(args: Args, command: list[str]) -> int:
+    root, runs = plan_runs(args, command)
     gpu_ids = (args.gpus if args.gpus is not None else detect_gpus()) if args.gpus_per_run > 0 else []
     if gpu_ids and args.gpus_per_run > len(gpu_ids):
         fail(f"--gpus-per-run {args.gpus_per_run} but only {len(gpu_ids)} GPUs: {gpu_ids}")
@@ -310,6 +321,6 @@ def main(args: Args) -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main(tyro.cli(Args)))
+        sys.exit(main(*parse(sys.argv[1:])))
     except KeyboardInterrupt:
         sys.exit(130)

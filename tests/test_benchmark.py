@@ -39,11 +39,11 @@ def ppo_bench(tmp_path_factory):
     """One benchmark invocation: 2 real 1024-step PPO runs on CartPole and 2 runs on an unknown env id that fail."""
     cwd = tmp_path_factory.mktemp("bench")
     proc = bench(
-        "--command", f"{sys.executable} {PPO} --total-timesteps 1024",
         "--env-ids", "CartPole-v1", "NoSuchEnv-v0",
         "--seeds", "1", "2",
         "--workers", "2",
         "--out", "results",
+        "--", sys.executable, str(PPO), "--total-timesteps", "1024",
         cwd=cwd,
     )  # fmt: skip
     return cwd, proc
@@ -91,7 +91,7 @@ def test_resume_skips_finished_runs_and_reruns_failed_ones(ppo_bench, tmp_path):
     events_after = sorted(p.stat().st_mtime_ns for p in (work / "results/ppo/CartPole-v1").rglob("events.out.tfevents.*"))
     assert events_after == events_before
     # only the finished env: nothing to do, success
-    proc = bench("--command", f"{sys.executable} {PPO}", "--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", cwd=work)
+    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", "--", sys.executable, str(PPO), cwd=work)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 runs (2 already finished)" in proc.stdout
 
@@ -109,9 +109,13 @@ def test_gpus_are_handed_out_round_robin_and_timeouts_fail(tmp_path):
 
 
 def test_runner_bad_input_fails_before_any_result_folder(tmp_path):
-    proc = bench("--command", "python cleanrl/no_such_script.py", "--env-ids", "CartPole-v1", "--out", "r", cwd=tmp_path)
+    proc = bench("--env-ids", "CartPole-v1", "--out", "r", "--", "python", "cleanrl/no_such_script.py", cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("error: the command names cleanrl/no_such_script.py")
+    proc = bench("--env-ids", "CartPole-v1", "--out", "r", "--command", "python x.py", "--", "python", "y.py", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == "error: give the command either in --command or after `--`, not both"
+    proc = bench("--env-ids", "CartPole-v1", "--out", "r", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == "error: no command: give it after `--` or in --command"
     assert not (tmp_path / "r").exists()
 
 
