@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal, NoReturn, Optional
 
+import ale_py
 import gymnasium as gym
 import numpy as np
 import torch
@@ -30,6 +31,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 import tyro
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
 from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
@@ -58,14 +61,19 @@ class Args:
     eval_episodes: int = 10
     """number of episodes of the evaluation that follows --save-model"""
     # [/shared:common-args]
+    eval_max_frames: Optional[int] = None
+    """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
+
     backend: Optional[Literal["nccl", "gloo"]] = None
     """the torch.distributed backend; None picks nccl when the processes use CUDA and gloo on CPU"""
 
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
-    """the id of the environment"""
+    """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
+    env_backend: str = "ale-vector"
+    """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
     total_timesteps: int = 10000000
-    """total environment steps of the experiment, summed over all ranks"""
+    """total environment steps of the experiment, all ranks together (agent steps; each is 4 emulator frames)"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8
@@ -83,7 +91,7 @@ class Args:
     update_epochs: int = 4
     """the number of epochs over the rollout per update"""
     norm_adv: bool = True
-    """if toggled, normalize advantages per minibatch (over the global minibatch, all ranks together)"""
+    """if toggled, normalize advantages per minibatch (with the statistics of the global minibatch)"""
     clip_coef: float = 0.1
     """the surrogate clipping coefficient epsilon"""
     clip_vloss: bool = True
@@ -141,6 +149,34 @@ def start_logging(args, run_name: str) -> SummaryWriter:
 # [/shared:run-setup]
 
 
+def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
+    """Per-rank sizes follow from the global flags; they are checked here, never set by hand.
+
+    Returns (envs_per_rank, local_batch_size, local_minibatch_size, num_iterations). The global batch is
+    num_envs * num_steps; each rank holds envs_per_rank * num_steps of it, and each global minibatch is
+    made of one local minibatch from every rank.
+    """
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.eval_max_frames is not None and args.eval_max_frames < 1:
+        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    if args.num_envs % world_size != 0:
+        fail(f"--num-envs {args.num_envs} (all ranks together) does not divide evenly over {world_size} ranks")
+    envs_per_rank = args.num_envs // world_size
+    local_batch_size = envs_per_rank * args.num_steps
+    if local_batch_size % args.num_minibatches != 0:
+        fail(
+            f"the batch of one rank (--num-envs {args.num_envs} / {world_size} ranks x --num-steps {args.num_steps}"
+            f" = {local_batch_size}) does not divide into --num-minibatches {args.num_minibatches}"
+        )
+    global_batch_size = args.num_envs * args.num_steps
+    num_iterations = args.total_timesteps // global_batch_size
+    if num_iterations < 1:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({global_batch_size} steps)")
+    return envs_per_rank, local_batch_size, local_batch_size // args.num_minibatches, num_iterations
+
+
 def distributed_env() -> tuple[int, int, int, int]:
     """(rank, local_rank, node_rank, world_size) from the variables torchrun sets; plain `python` is rank 0 of 1.
 
@@ -158,32 +194,6 @@ def distributed_env() -> tuple[int, int, int, int]:
     if world_size < 1 or not 0 <= rank < world_size:
         fail(f"RANK={rank} and WORLD_SIZE={world_size} are inconsistent")
     return rank, local_rank, node_rank, world_size
-
-
-def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
-    """Per-rank sizes follow from the global flags; they are checked here, never set by hand.
-
-    Returns (envs_per_rank, local_batch_size, local_minibatch_size, num_iterations). The global batch is
-    num_envs * num_steps; each rank holds envs_per_rank * num_steps of it, and each global minibatch is
-    made of one local minibatch from every rank.
-    """
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.num_envs % world_size != 0:
-        fail(f"--num-envs {args.num_envs} (all ranks together) does not divide evenly over {world_size} ranks")
-    envs_per_rank = args.num_envs // world_size
-    local_batch_size = envs_per_rank * args.num_steps
-    if local_batch_size % args.num_minibatches != 0:
-        fail(
-            f"the batch of one rank (--num-envs {args.num_envs} / {world_size} ranks x --num-steps {args.num_steps}"
-            f" = {local_batch_size}) does not divide into --num-minibatches {args.num_minibatches}"
-        )
-    global_batch_size = args.num_envs * args.num_steps
-    num_iterations = args.total_timesteps // global_batch_size
-    if num_iterations < 1:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({global_batch_size} steps)")
-    return envs_per_rank, local_batch_size, local_batch_size // args.num_minibatches, num_iterations
 
 
 def pick_device(args: Args, local_rank: int) -> torch.device:
@@ -290,17 +300,231 @@ def parameter_checksum(module: nn.Module) -> str:
     return h.hexdigest()
 
 
-# PROVISIONAL: replaced by the atari-env shared block of cleanrl/ppo_atari.py when it lands.
-def make_envs(args: Args, num_envs: int, run_name: str, capture_video: bool) -> gym.vector.VectorEnv:
-    import ale_py  # noqa: F401
-    from ale_py.vector_env import AtariVectorEnv
 
-    game = args.env_id.split("NoFrameskip")[0]
-    game = "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(game))
-    envs = AtariVectorEnv(
-        game, num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, reward_clipping=False, num_threads=1
+# [shared:atari-env] source: cleanrl/ppo_atari.py
+# Atari environments with the preprocessing of Mnih et al. 2015 (as in OpenAI Baselines' atari_wrappers):
+# noop reset (up to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84
+# grayscale (cv2 INTER_AREA), a stack of the last 4 frames (zeros before the first), episodic life and
+# sign-clipped rewards for learning. Observations are uint8 (num_envs, 4, 84, 84); scale them in the network.
+gym.register_envs(ale_py)
+ATARI_BACKENDS = ("ale-vector", "gymnasium")
+
+
+def atari_emulator_settings(env_id: str) -> dict:
+    """The emulator settings an Atari id stands for, read from its gymnasium registration.
+
+    Accepted ids: `<Game>NoFrameskip-v4` (repeat_action_probability 0, the setting of the DQN and PPO
+    papers and of CleanRL's benchmarks) and `ALE/<Game>-v5` (sticky actions with p=0.25, Machado et al. 2018).
+    Both use the minimal action set and a limit of 108000 frames (30 minutes) per game. Frame skipping is done
+    by the preprocessing, so ids that skip frames themselves (`Breakout-v4`: random 2-5), v0 ids and RAM-observation
+    variants (`-ram`) are refused, as is anything that is not an ale-py game: one `error:` line, exit 1.
+    """
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+    if spec.entry_point != "ale_py.env:AtariEnv":
+        fail(f"{env_id} is not an Atari game; use an id like BreakoutNoFrameskip-v4 or ALE/Breakout-v5")
+    kwargs = spec.kwargs
+    supported = env_id.endswith("NoFrameskip-v4") or (spec.namespace == "ALE" and spec.version == 5)
+    if not supported or kwargs.get("obs_type", "rgb") != "rgb":
+        fail(f"{env_id} is not supported; use a <Game>NoFrameskip-v4 or ALE/<Game>-v5 id (image observations)")
+    return dict(
+        game=kwargs["game"],
+        repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
+        full_action_space=bool(kwargs.get("full_action_space", False)),
+        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)),
     )
-    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+class FireOnReset(gym.Wrapper):
+    """Press FIRE for one emulator frame after each game reset, before the noops, like the native env's
+    use_fire_reset (games such as Breakout wait for FIRE to launch). Sits under the frame skip, so it costs
+    one frame, not four. It acts at game starts only: after a lost life the agent must press FIRE itself."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire_action = meanings.index("FIRE") if "FIRE" in meanings else None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        if self.fire_action is not None:
+            obs, _, terminated, truncated, info = self.env.step(self.fire_action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, noop_max: int, max_frames: int):
+    """Thunk for the gymnasium backend: one whole game per episode (life loss is handled by AtariGameStatistics)."""
+
+    def thunk():
+        settings = atari_emulator_settings(env_id)
+        # frameskip=1: AtariPreprocessing skips frames itself (v5 ids skip 4 by default).
+        kwargs = dict(
+            frameskip=1,
+            repeat_action_probability=settings["repeat_action_probability"],
+            full_action_space=settings["full_action_space"],
+            max_num_frames_per_episode=max_frames,
+        )
+        if capture_video and idx == 0:
+            # The video shows every emulator frame in colour, whole games (all lives).
+            env = gym.make(env_id, render_mode="rgb_array", **kwargs)
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id, **kwargs)
+        env = FireOnReset(env)
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True)
+        # padding_type="zero": the first observation of a game is [0, 0, 0, frame], as in the native env.
+        return gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+
+    return thunk
+
+
+class RecordFirstGameFrames(gym.vector.VectorWrapper):
+    """Video for the ale-vector backend, which renders nothing: the newest 84x84 grayscale frame that env 0's
+    agent observes, one mp4 per whole game on gymnasium's capped cubic schedule (games 0, 1, 8, 27, ..., 1000,
+    2000, ...), at 15 fps (60 Hz / 4-frame skip). Wrap the full-game env (before AtariGameStatistics)."""
+
+    def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
+        super().__init__(env)
+        self.video_folder, self.game_index, self.frames = video_folder, 0, []
+
+    def _add(self, stacked_obs: np.ndarray) -> None:
+        if capped_cubic_video_schedule(self.game_index):
+            self.frames.append(np.repeat(stacked_obs[-1][..., None], 3, axis=-1))
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.frames = []
+        self._add(obs[0])
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if terminated[0] or truncated[0]:
+            self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
+            if self.frames:
+                save_video(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
+            self.game_index, self.frames = self.game_index + 1, []
+        self._add(obs[0])
+        return obs, reward, terminated, truncated, info
+
+
+class AtariGameStatistics(gym.vector.VectorWrapper):
+    """The learning signal and the real score, over a vector env whose episodes are whole games.
+
+    step() returns:
+    - reward: sign(r) in {-1, 0, 1} if clip_rewards (Mnih et al. 2015), else the raw score change.
+    - terminated: game over, or (if terminal_on_life_loss) a life lost on this step. A lost life does not
+      reset the game: the next observation continues it, but nothing is bootstrapped across the lost life
+      (episodic life, Mnih et al. 2015). `info["life_lost"]` marks those steps.
+    - truncated: the game hit its frame limit. Same-step autoreset: at a game end the observation is already
+      the next game's first one and `info["final_obs"]` holds the last one.
+    - info["episode"] = {"r": raw score of the whole game over all lives, "l": its length in agent steps,
+      "t": seconds since the wrapper was made}, with the mask info["_episode"], on the steps where a game
+      ends (the keys of gymnasium's RecordEpisodeStatistics, but counting whole games and unclipped rewards).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, terminal_on_life_loss: bool = True, clip_rewards: bool = True):
+        super().__init__(env)
+        self.terminal_on_life_loss, self.clip_rewards = terminal_on_life_loss, clip_rewards
+        self.start_time = time.perf_counter()
+        self.game_returns = np.zeros(self.num_envs, dtype=np.float64)
+        self.game_lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self.lives = np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.game_returns[:] = 0
+        self.game_lengths[:] = 0
+        self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        raw_reward = np.asarray(reward, dtype=np.float64)
+        self.game_returns += raw_reward
+        self.game_lengths += 1
+        game_over = np.logical_or(terminated, truncated)
+        # at a game end, info["lives"] already belongs to the next game, so only compare within a game
+        lives = np.asarray(info["lives"], dtype=np.int64)
+        life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
+        self.lives = lives.copy()
+        info["life_lost"] = life_lost
+        if game_over.any():
+            info["episode"] = {
+                "r": np.where(game_over, self.game_returns, 0.0),
+                "l": np.where(game_over, self.game_lengths, 0),
+                "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0),
+            }
+            info["_episode"] = game_over
+            self.game_returns[game_over] = 0
+            self.game_lengths[game_over] = 0
+        if self.terminal_on_life_loss:
+            terminated = np.logical_or(terminated, life_lost)
+        if self.clip_rewards:
+            reward = np.sign(raw_reward)
+        return obs, reward.astype(np.float32), terminated, truncated, info
+
+
+def make_atari_envs(
+    env_id: str,
+    num_envs: int,
+    backend: str = "ale-vector",
+    capture_video: bool = False,
+    run_name: str = "",
+    noop_max: int = 30,
+    terminal_on_life_loss: bool = True,
+    clip_rewards: bool = True,
+    max_frames: Optional[int] = None,
+) -> gym.vector.VectorEnv:
+    """Vector env of `num_envs` preprocessed Atari games with same-step autoreset; seed it with reset(seed=s)
+    (env i gets seed s + i). Observations uint8 (num_envs, 4, 84, 84); step() as in AtariGameStatistics.
+
+    backend "ale-vector": ale-py's C++ AtariVectorEnv (threaded, fastest). Its own reward clipping and episodic
+    life are off: its episodic_life resets the whole game at every lost life, so whole-game scores would be lost.
+    backend "gymnasium": FireOnReset, AtariPreprocessing and FrameStackObservation in a SyncVectorEnv (on
+    2 cores the process traffic of AsyncVectorEnv costs more than it saves).
+    The two agree frame for frame except the noop count at reset: native draws 0..noop_max-1 noops from its own
+    RNG (one fewer when it pressed FIRE), gymnasium 1..noop_max from the env's np_random.
+    capture_video records env 0 to videos/{run_name}: colour frames of whole games with the gymnasium backend,
+    the agent's 84x84 grayscale frames with ale-vector. max_frames overrides the id's frame limit per game.
+    """
+    if backend not in ATARI_BACKENDS:
+        fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+    settings = atari_emulator_settings(env_id)
+    max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
+    if backend == "ale-vector":
+        envs = AtariVectorEnv(
+            settings["game"],
+            num_envs,
+            repeat_action_probability=settings["repeat_action_probability"],
+            full_action_space=settings["full_action_space"],
+            max_num_frames_per_episode=max_frames,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            img_height=84,
+            img_width=84,
+            grayscale=True,
+            stack_num=4,
+            frameskip=4,
+            maxpool=True,
+            noop_max=noop_max,
+            use_fire_reset=True,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
+        )
+        if capture_video:
+            envs = RecordFirstGameFrames(envs, f"videos/{run_name}")
+    else:
+        envs = gym.vector.SyncVectorEnv(
+            [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+# [/shared:atari-env]
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -310,6 +534,8 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
+    """Nature CNN (Mnih et al. 2015) shared by a policy head and a value head."""
+
     def __init__(self, n_actions: int):
         super().__init__()
         self.network = nn.Sequential(
@@ -319,20 +545,22 @@ class Agent(nn.Module):
             nn.ReLU(),
             layer_init(nn.Conv2d(64, 64, 3, stride=1)),
             nn.ReLU(),
-            nn.Flatten(),
+            nn.Flatten(),  # (batch, 64 * 7 * 7)
             layer_init(nn.Linear(64 * 7 * 7, 512)),
             nn.ReLU(),
         )
         self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
-        self.critic = layer_init(nn.Linear(512, 1), std=1)
+        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(x / 255.0)  # uint8 frames in [0, 255] -> floats in [0, 1]
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.network(x / 255.0))
+        return self.critic(self.features(x))
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        hidden = self.network(x / 255.0)
-        logits = self.actor(hidden)
-        probs = Categorical(logits=logits)
+        hidden = self.features(x)
+        probs = Categorical(logits=self.actor(hidden))
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
@@ -366,48 +594,78 @@ def compute_gae(
 # [/shared:gae]
 
 
+def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
+    """Real game scores of args.eval_episodes whole games on a fresh env, actions sampled from the policy.
+
+    Sampling, not argmax: a greedy Atari policy can get stuck (e.g. never pressing FIRE after a lost life in
+    Breakout), which makes a game last until the frame limit.
+    """
+    envs = make_atari_envs(
+        args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
+    )
+    obs, _ = envs.reset(seed=args.seed + 10_000)
+    returns = []
+    while len(returns) < args.eval_episodes:
+        with torch.no_grad():
+            actions, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
+        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
+        if "episode" in infos:
+            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
+    envs.close()
+    return returns[: args.eval_episodes]
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
     rank, local_rank, node_rank, world_size = distributed_env()
-    # Everything that can be wrong with the input is checked before the run directory exists; every rank
-    # checks the same flags, so every rank fails the same way before any collective.
+    # Everything that can be wrong with the input is checked before the run directory exists. Every rank
+    # checks the same flags, so all ranks fail alike, before any of them waits for the others.
     envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
+    atari_emulator_settings(args.env_id)
+    if args.env_backend not in ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
     device = pick_device(args, local_rank)
     backend = pick_backend(args, device)
     if world_size > 1:
+        # rendezvous at MASTER_ADDR:MASTER_PORT (set by torchrun); blocks until all WORLD_SIZE ranks joined
         dist.init_process_group(
             backend=backend, rank=rank, world_size=world_size, device_id=device if device.type == "cuda" else None
         )
     try:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        # ALE/ ids would make a nested run directory
+        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
         # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
         writer = start_logging(args, run_name) if rank == 0 else None
 
-        # Distinct seeds per rank: rank r's torch/numpy streams (action sampling, minibatch shuffles) start
+        # Distinct seeds per rank: rank r's python/numpy/torch streams (action sampling, minibatch order) start
         # from seed + r, and its envs get seeds seed + r * envs_per_rank + i, so over all ranks the envs are
-        # seeded seed, ..., seed + num_envs - 1, exactly like one process stepping all num_envs envs.
+        # seeded seed, ..., seed + num_envs - 1, as if one process stepped all num_envs of them.
         seed_everything(args.seed + rank, args.torch_deterministic)
         env_seed = args.seed + rank * envs_per_rank
         if device.type == "cpu":
-            # Processes on one machine share its cores; more threads than cores per process only thrash.
-            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-            torch.set_num_threads(max(1, torch.get_num_threads() // local_world_size))
+            # One thread: measured on the shared 2-core machine (load ~15), the Nature CNN forward+backward on a
+            # 256-frame minibatch took 0.70-0.76 s with 1 thread vs 1.9-2.0 s with 2, and acting on 8 frames
+            # 10-11 ms vs 200-280 ms; the native env's C++ threads also need the second core.
+            torch.set_num_threads(1)
+
         print(
             f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
             f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}",
             flush=True,
         )
 
-        # env setup: this rank's share of the environments; only rank 0 may record video
-        envs = make_envs(args, envs_per_rank, run_name, args.capture_video and rank == 0)
+        # env setup: this rank's share of the environments; only rank 0 records video
+        envs = make_atari_envs(args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0, run_name)
+        obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
         agent = Agent(int(envs.single_action_space.n)).to(device)
-        # Every rank built its own random init (seeded differently); rank 0's is the one all ranks use.
+        # Every rank drew its own random init (seeded differently); rank 0's becomes everyone's.
         broadcast_parameters(agent, world_size)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
-        # storage: (num_steps, envs_per_rank, ...)
-        obs = torch.zeros((args.num_steps, envs_per_rank) + envs.single_observation_space.shape, device=device)
-        actions = torch.zeros((args.num_steps, envs_per_rank) + envs.single_action_space.shape, device=device)
+        # storage of this rank: (num_steps, envs_per_rank, ...)
+        # frames stay uint8 (4x less memory than float), the network scales them
+        obs = torch.zeros((args.num_steps, envs_per_rank) + obs_shape, dtype=torch.uint8, device=device)
+        actions = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.long, device=device)
         logprobs = torch.zeros((args.num_steps, envs_per_rank), device=device)
         rewards = torch.zeros((args.num_steps, envs_per_rank), device=device)
         terminations = torch.zeros((args.num_steps, envs_per_rank), device=device)
@@ -416,12 +674,12 @@ if __name__ == "__main__":
         final_values = torch.zeros((args.num_steps, envs_per_rank), device=device)
         truncated = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.bool, device=device)
 
-        # global_step counts environment steps of ALL ranks (each rank steps the same count in lockstep)
+        # global_step counts the environment steps of ALL ranks, which step in lockstep
         global_step = 0
         start_time = time.time()
         next_obs, _ = envs.reset(seed=env_seed)
         envs.action_space.seed(env_seed)
-        next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+        next_obs = torch.as_tensor(next_obs, device=device)
 
         for iteration in range(1, num_iterations + 1):
             if args.anneal_lr:
@@ -439,25 +697,30 @@ if __name__ == "__main__":
                 actions[step] = action
                 logprobs[step] = logprob
 
+                # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
                 next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-                rewards[step] = torch.as_tensor(np.sign(reward), dtype=torch.float32, device=device)
+                rewards[step] = torch.as_tensor(reward, device=device)
                 terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
                 dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
-                next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+                next_obs = torch.as_tensor(next_obs_np, device=device)
+                # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps
+                # from the value of the true final observation, which same-step autoreset keeps in
+                # info["final_obs"]. A step that both lost a life and hit the limit counts as terminated.
                 only_trunc = np.logical_and(trunc, np.logical_not(term))
                 truncated[step] = torch.as_tensor(only_trunc, device=device)
                 if only_trunc.any():
                     final_obs = np.stack(infos["final_obs"][only_trunc])
                     with torch.no_grad():
                         final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
-                            torch.as_tensor(final_obs, dtype=torch.float32, device=device)
+                            torch.as_tensor(final_obs, device=device)
                         ).flatten()
 
                 if "episode" in infos:
+                    # whole games, real (unclipped) score over all lives
                     for i in np.nonzero(infos["_episode"])[0]:
                         episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
 
-            # episodes of all ranks, logged by rank 0 (one collective per rollout)
+            # the games of all ranks, logged by rank 0 (one collective per rollout, not per step)
             episodes = gather_episodes(episodes, world_size)
             if rank == 0:
                 for episode_step, episodic_return, episodic_length in episodes:
@@ -474,27 +737,23 @@ if __name__ == "__main__":
                 )
 
             # flatten this rank's share of the batch: (num_steps * envs_per_rank, ...)
-            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+            b_obs = obs.reshape((-1,) + obs_shape)
             b_logprobs = logprobs.reshape(-1)
-            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
+            b_actions = actions.reshape(-1)
             b_advantages = advantages.reshape(-1)
             b_returns = returns.reshape(-1)
             b_values = values.reshape(-1)
 
-            # optimize the policy and value network: each rank takes local minibatches of its own share in its
-            # own shuffled order; together the ranks' k-th local minibatches form the k-th global minibatch.
+            # optimize the policy and value network: each rank cuts its own share into local minibatches in its own
+            # shuffled order; the ranks' k-th local minibatches together make the k-th global minibatch
             b_inds = np.arange(local_batch_size)
             clipfracs = []
-            epochs_run = 0
             for epoch in range(args.update_epochs):
-                epochs_run += 1
                 np.random.shuffle(b_inds)
                 for start in range(0, local_batch_size, local_minibatch_size):
                     mb_inds = b_inds[start : start + local_minibatch_size]
 
-                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-                        b_obs[mb_inds], b_actions.long()[mb_inds]
-                    )
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
                     logratio = newlogprob - b_logprobs[mb_inds]
                     ratio = logratio.exp()
 
@@ -506,7 +765,7 @@ if __name__ == "__main__":
 
                     mb_advantages = b_advantages[mb_inds]
                     if args.norm_adv:
-                        mb_advantages = normalize_advantages(mb_advantages, world_size)
+                        mb_advantages = normalize_advantages(mb_advantages, world_size)  # global minibatch statistics
 
                     # clipped surrogate objective, Eq. (7), Schulman et al. 2017
                     pg_loss1 = -mb_advantages * ratio
@@ -529,20 +788,21 @@ if __name__ == "__main__":
 
                     optimizer.zero_grad()
                     loss.backward()
-                    # The one distributed step of the update: average the gradients over ranks (one flat
-                    # all-reduce), so every rank clips and steps with the gradient of the global minibatch.
+                    # The one distributed step of the update: average the gradients over ranks with one flat
+                    # all-reduce, so every rank clips and steps with the gradient of the whole global minibatch
+                    # and the replicas stay identical (see all_reduce_gradients).
                     all_reduce_gradients(list(agent.parameters()), world_size)
                     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                     optimizer.step()
 
-                if stop_early(approx_kl, args.target_kl, world_size):
+                if stop_early(approx_kl, args.target_kl, world_size):  # the same decision on every rank
                     break
 
             y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
             var_y = np.var(y_true)
             explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-            # the last minibatch's statistics, averaged over ranks in one all-reduce (this rank's alone otherwise)
+            # the last minibatch's statistics, averaged over ranks in one all-reduce
             logged = torch.stack(
                 [
                     v_loss.detach(),
@@ -564,20 +824,27 @@ if __name__ == "__main__":
                 writer.add_scalar("losses/approx_kl", logged[4], global_step)
                 writer.add_scalar("losses/clipfrac", logged[5], global_step)
                 writer.add_scalar("losses/explained_variance", logged[6], global_step)
-                writer.add_scalar("charts/update_epochs", epochs_run, global_step)
+                writer.add_scalar("charts/update_epochs", epoch + 1, global_step)
+                # global steps (all ranks) per second of rank 0's wall clock
                 sps = int(global_step / (time.time() - start_time))
                 writer.add_scalar("charts/SPS", sps, global_step)
+                print(f"global_step={global_step}, SPS={sps}")
 
         if args.save_model and rank == 0:
             model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
             torch.save(agent.state_dict(), model_path)
             print(f"model saved to {model_path}")
+            episodic_returns = evaluate(agent, args, run_name, device)
+            for idx, episodic_return in enumerate(episodic_returns):
+                writer.add_scalar("eval/episodic_return", episodic_return, idx)
+            print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
 
-        # one line per rank: equal checksums on all ranks mean the replicas never drifted
+        # one line per rank: equal checksums on all ranks mean the replicas never drifted apart
         print(f"rank {rank}/{world_size}: parameter checksum {parameter_checksum(agent)}", flush=True)
         envs.close()
         if writer is not None:
             writer.close()
     finally:
+        # also on an error, so this rank leaves the group cleanly; torchrun then stops the other ranks
         if dist.is_initialized():
             dist.destroy_process_group()

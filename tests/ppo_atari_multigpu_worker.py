@@ -50,7 +50,9 @@ def ppo_loss(agent: Agent, mb: dict, world_size: int) -> torch.Tensor:
     old_logprob = newlogprob.detach() + mb["logprob_shift"]
     ratio = (newlogprob - old_logprob).exp()
     mb_advantages = normalize_advantages(mb["advantages"], world_size)
-    pg_loss = torch.max(-mb_advantages * ratio, -mb_advantages * torch.clamp(ratio, 1 - CLIP_COEF, 1 + CLIP_COEF)).mean()
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - CLIP_COEF, 1 + CLIP_COEF)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
     newvalue = newvalue.view(-1)
     v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -CLIP_COEF, CLIP_COEF)
     v_loss = 0.5 * torch.max((newvalue - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2).mean()

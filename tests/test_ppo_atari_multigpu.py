@@ -32,7 +32,9 @@ LOSS_KEYS = [
 TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2"]
 TIMEOUT = 240  # seconds for one launch; a hang in a collective runs into it instead of blocking the suite
 CHECKSUM = re.compile(r"rank (\d+)/(\d+): parameter checksum ([0-9a-f]{64})")
-START = re.compile(r"rank (\d+)/(\d+) \(node (\d+), local rank (\d+)\) on cpu with gloo: (\d+) envs, env seeds (\d+)\.\.(\d+)")
+START = re.compile(
+    r"rank (\d+)/(\d+) \(node (\d+), local rank (\d+)\) on cpu with gloo: (\d+) envs, env seeds (\d+)\.\.(\d+)"
+)
 
 
 def free_port() -> int:
@@ -112,11 +114,29 @@ def test_two_ranks_with_half_the_minibatch_each_make_the_same_update_as_one_proc
     assert one["episodes"] == [(100, 0.0, 1)]
 
 
+# ---- one process: the same run as ppo_atari.py ----
+
+
+def test_plain_python_is_ppo_atari(workdir):
+    # world size 1: no process group, no collective; seeds, rollout and update are ppo_atari.py's
+    logged = []
+    for script in ("ppo_atari.py", SCRIPT):
+        cwd = workdir / script
+        cwd.mkdir()
+        run_script(script, *TINY, "--total-timesteps", "128", cwd=cwd, timeout=TIMEOUT)
+        scalars = read_scalars(single_run_dir(cwd))
+        logged.append({k: [(s, v) for s, v in scalars[k]] for k in LOSS_KEYS + ["charts/learning_rate"]})
+    assert logged[0] == logged[1]
+    assert [s for s, _ in logged[0]["losses/policy_loss"]] == [64, 128]
+
+
 # ---- end to end under torchrun ----
 
 
 def test_two_ranks_end_to_end_identical_parameters_and_rank0_logs_only(workdir):
-    proc = run_script(SCRIPT, *TINY, "--total-timesteps", "192", cwd=workdir, launcher=standalone(2), timeout=TIMEOUT + 30)
+    # --save-model: rank 0 alone saves and evaluates (one game cut at 400 frames keeps it short)
+    args = [*TINY, "--total-timesteps", "192", "--save-model", "--eval-episodes", "1", "--eval-max-frames", "400"]
+    proc = run_script(SCRIPT, *args, cwd=workdir, launcher=standalone(2), timeout=TIMEOUT + 30)
     sums = checksums(proc.stdout)
     assert set(sums) == {0, 1}, proc.stdout
     assert sums[0] == sums[1], "the replicas drifted apart"
@@ -133,15 +153,16 @@ def test_two_ranks_end_to_end_identical_parameters_and_rank0_logs_only(workdir):
         assert [s for s, _ in scalars.get(key, [])] == [64, 128, 192], key
     assert values(scalars, "charts/update_epochs") == [2, 2, 2]
     assert values(scalars, "charts/learning_rate") == pytest.approx([2.5e-4, 2.5e-4 * 2 / 3, 2.5e-4 / 3])
+    assert len(values(scalars, "eval/episodic_return")) == 1
+    assert [p.name for p in run_dir.glob("*.cleanrl_model")] == ["ppo_atari_multigpu.cleanrl_model"]
 
 
 def test_early_stopping_on_target_kl_is_collective_and_does_not_hang(workdir):
     # target-kl 0 stops after the first epoch of every update (the KL after a gradient step is > 0);
     # if ranks decided alone and disagreed, one would wait forever in an all-reduce and `timeout` would kill it
     args = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "4"]
-    proc = run_script(
-        SCRIPT, *args, "--total-timesteps", "128", "--target-kl", "0", cwd=workdir, launcher=standalone(2), timeout=TIMEOUT + 30
-    )
+    args += ["--total-timesteps", "128", "--target-kl", "0"]
+    proc = run_script(SCRIPT, *args, cwd=workdir, launcher=standalone(2), timeout=TIMEOUT + 30)
     sums = checksums(proc.stdout)
     assert set(sums) == {0, 1} and sums[0] == sums[1]
     assert values(read_scalars(single_run_dir(workdir)), "charts/update_epochs") == [1, 1]
