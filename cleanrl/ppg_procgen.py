@@ -1,0 +1,724 @@
+# docs: docs/rl-algorithms/ppg.md
+"""PPG (Phasic Policy Gradient) on Procgen through envpool (default starpilot, easy distribution).
+
+Phasic Policy Gradient, Cobbe et al. 2021, https://arxiv.org/abs/2009.04416: separate policy and value
+networks; a policy phase of N_pi PPO iterations, then an auxiliary phase of E_aux epochs that distills
+the value function into the policy network (auxiliary value head) under a behavior-cloning KL penalty,
+over every observation the policy phase collected. Procgen (Cobbe et al. 2020) comes from envpool,
+which needs Debian's Qt 5 runtime (`apt-get install libqt5gui5`).
+
+Run:
+    python cleanrl/ppg_procgen.py --env-id starpilot
+    python cleanrl/ppg_procgen.py --env-id bigfish --distribution-mode hard --seed 2 --track
+    python cleanrl/ppg_procgen.py --env-id BossfightEasy-v0
+    python cleanrl/ppg_procgen.py --help
+"""
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Literal, NoReturn, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    # [shared:common-args] source: cleanrl/ppo.py
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, use CUDA when it is available"""
+    track: bool = False
+    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the W&B project name"""
+    wandb_entity: Optional[str] = None
+    """the W&B entity (team); None uses your default entity"""
+    capture_video: bool = False
+    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
+    save_model: bool = False
+    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
+    eval_episodes: int = 10
+    """number of episodes of the evaluation that follows --save-model"""
+    # [/shared:common-args]
+
+    # Algorithm specific arguments
+    env_id: str = "starpilot"
+    """the Procgen game (`starpilot`, `bigfish`, ...; combined with --distribution-mode) or an envpool id
+    such as `StarpilotEasy-v0` (which names its own distribution; --distribution-mode is then ignored)"""
+    distribution_mode: Literal["easy", "hard", "extreme", "memory", "exploration"] = "easy"
+    """the Procgen level distribution used with a plain game name"""
+    total_timesteps: int = 25_000_000
+    """total environment steps of the experiment (only whole phases of N_pi iterations are run)"""
+    learning_rate: float = 5e-4
+    """the learning rate of the Adam optimizer (both phases, both networks)"""
+    num_envs: int = 64
+    """the number of parallel environments"""
+    num_steps: int = 256
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = False
+    """if toggled, the learning rate decays linearly to 0 over the run"""
+    gamma: float = 0.999
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the generalized advantage estimation"""
+    num_minibatches: int = 8
+    """the number of minibatches per policy-phase epoch"""
+    adv_norm_fullbatch: bool = True
+    """if toggled, normalize advantages over the whole batch (as the PPG code does); otherwise per minibatch"""
+    norm_reward: bool = True
+    """if toggled, divide rewards by the running std of the discounted return and clip them to [-10, 10]
+    (the PPG code's reward normalization); episode statistics always report the raw game reward"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient epsilon"""
+    clip_vloss: bool = True
+    """if toggled, clip the policy-phase value loss as in the PPO paper's reference code"""
+    ent_coef: float = 0.01
+    """the coefficient of the entropy bonus (beta_S in the paper)"""
+    vf_coef: float = 0.5
+    """the coefficient of the policy-phase value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for gradient clipping"""
+    target_kl: Optional[float] = None
+    """if set, stop the policy-phase epochs of an iteration early once the approximate KL exceeds it"""
+
+    # PPG specific arguments
+    n_iteration: int = 32
+    """N_pi: the number of PPO iterations (rollout + update) in each policy phase"""
+    e_policy: int = 1
+    """E_pi: the number of epochs of policy (clipped surrogate + entropy) updates per iteration"""
+    v_value: int = 1
+    """E_V: the number of epochs of value-network updates per iteration"""
+    e_auxiliary: int = 6
+    """E_aux: the number of epochs over the auxiliary buffer in each auxiliary phase"""
+    beta_clone: float = 1.0
+    """beta_clone: the weight of the behavior-cloning KL term in the auxiliary phase's joint loss"""
+    num_aux_rollouts: int = 4
+    """the number of whole rollouts (num_steps observations of one env) in each auxiliary minibatch"""
+    n_aux_grad_accum: int = 1
+    """the number of chunks each auxiliary minibatch is split into, accumulating their gradients before one
+    optimizer step (less memory, same update)"""
+
+
+PROCGEN_GAMES = (
+    "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
+    "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
+)  # fmt: skip
+
+
+# [shared:run-setup] source: cleanrl/ppo.py
+def fail(message: str) -> NoReturn:
+    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
+    raise SystemExit(f"error: {message}")
+
+
+def make_probe_env(env_id: str) -> gym.Env:
+    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+
+
+def seed_everything(seed: int, torch_deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+def start_logging(args, run_name: str) -> SummaryWriter:
+    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+    return writer
+# [/shared:run-setup]
+
+
+def procgen_import_problem(exc: ImportError) -> str:
+    """The one-line reason why envpool's Procgen cannot be used, naming what to install."""
+    chain, e = [], exc
+    while e is not None:
+        chain.append(str(e))
+        e = e.__cause__ or e.__context__
+    text = " ".join(chain)
+    if "Qt" in text or "libQt5" in text:
+        return (
+            "envpool's Procgen needs the Qt 5 runtime, which is missing: install Debian's libqt5gui5 "
+            f"(apt-get install libqt5gui5) ({chain[-1]})"
+        )
+    return f"ppg_procgen.py needs envpool (pip install 'envpool>=0.8') and Debian's libqt5gui5: {chain[0]}"
+
+
+def load_envpool():
+    """Import envpool and its Procgen extension, or stop in one line saying what is missing."""
+    try:
+        import envpool
+        import envpool.procgen
+
+        envpool.procgen.ProcgenEnvSpec  # noqa: B018 (envpool defers the Qt ImportError to this attribute)
+    except ImportError as e:
+        fail(procgen_import_problem(e))
+    return envpool
+
+
+def resolve_env_id(env_id: str, distribution_mode: str, known_ids: list[str]) -> str:
+    """Map a CleanRL-style game name plus distribution to envpool's id (`starpilot`, easy -> StarpilotEasy-v0);
+    an envpool Procgen id passes through unchanged."""
+    if env_id.lower() in PROCGEN_GAMES:
+        resolved = f"{env_id.lower().capitalize()}{distribution_mode.capitalize()}-v0"
+        if resolved not in known_ids:
+            modes = sorted(i[len(env_id) : -len("-v0")].lower() for i in known_ids if i.lower().startswith(env_id.lower()))
+            fail(f"{env_id} has no {distribution_mode!r} distribution (it has: {', '.join(modes)})")
+        return resolved
+    procgen_ids = [i for i in known_ids if any(i.lower().startswith(g) for g in PROCGEN_GAMES) and i.endswith("-v0")]
+    if env_id in procgen_ids:
+        return env_id
+    fail(f"unknown Procgen game {env_id!r}; use one of {', '.join(PROCGEN_GAMES)} or an envpool id like StarpilotEasy-v0")
+
+
+def derive_sizes(args: Args) -> tuple[int, int, int, int]:
+    """Batch sizes and phase count follow from the flags; they are checked here, never set by hand.
+    Returns (batch_size, minibatch_size, num_phases, aux_minibatches_per_epoch)."""
+    for name in (
+        "num_envs", "num_steps", "num_minibatches", "total_timesteps", "n_iteration", "e_policy", "v_value",
+        "e_auxiliary", "num_aux_rollouts", "n_aux_grad_accum", "eval_episodes",
+    ):  # fmt: skip
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches != 0:
+        fail(
+            f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
+            f"does not divide into --num-minibatches {args.num_minibatches}"
+        )
+    aux_rollouts = args.n_iteration * args.num_envs
+    if aux_rollouts % args.num_aux_rollouts != 0:
+        fail(
+            f"the auxiliary buffer's {aux_rollouts} rollouts (--n-iteration {args.n_iteration} x --num-envs "
+            f"{args.num_envs}) do not divide into minibatches of --num-aux-rollouts {args.num_aux_rollouts}"
+        )
+    if args.num_aux_rollouts % args.n_aux_grad_accum != 0:
+        fail(f"--num-aux-rollouts {args.num_aux_rollouts} does not divide into --n-aux-grad-accum {args.n_aux_grad_accum}")
+    num_phases = args.total_timesteps // (batch_size * args.n_iteration)
+    if num_phases < 1:
+        fail(
+            f"--total-timesteps {args.total_timesteps} is less than one phase "
+            f"(--n-iteration {args.n_iteration} x {batch_size} steps = {args.n_iteration * batch_size})"
+        )
+    return batch_size, batch_size // args.num_minibatches, num_phases, aux_rollouts // args.num_aux_rollouts
+
+
+def aux_buffer_bytes(n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int) -> int:
+    """Bytes held by the auxiliary buffer: uint8 observations, float32 returns and old logits, bool mask."""
+    n = n_iteration * num_envs * num_steps
+    return n * (int(np.prod(obs_shape)) + 4 + 4 * n_actions + 1)
+
+
+def make_envs(envpool, env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
+    # envpool's Procgen is a gymnasium VectorEnv with NEXT_STEP autoreset and no same-step mode. Procgen
+    # itself starts the next level inside the step that ends an episode, so that step's observation is
+    # already a new level's frame and the true final observation is lost; envpool then spends the
+    # following step on a reset (action ignored, reward 0, elapsed_step 0, obs = first frame of the
+    # episode actually played). Those reset steps are masked out of learning (see `valid` below).
+    # Procgen's own time limit (e.g. 1000 steps in starpilot) is reported as truncation, but with no
+    # final observation to bootstrap from it is treated as termination, as in the Procgen and PPG papers.
+    # RecordEpisodeStatistics understands NEXT_STEP: it counts no reward and no length on the reset steps.
+    envs = envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, num_levels=0, start_level=0)
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+class VideoRecorder:
+    """Writes the first env's episodes to videos/{run_name} (on the capped cubic schedule of gymnasium's
+    RecordVideo), from the 64x64 RGB observations themselves: envpool's vector env has no video wrapper."""
+
+    def __init__(self, folder: str):
+        from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
+
+        self.folder, self.save, self.trigger = folder, save_video, capped_cubic_video_schedule
+        self.frames, self.episode = [], 0
+
+    def add(self, obs: np.ndarray, done: bool) -> None:
+        """obs: (3, 64, 64) uint8 returned by a step; at an episode end it is already another level's frame."""
+        if not done:
+            self.frames.append(np.transpose(obs, (1, 2, 0)))
+        else:
+            if self.trigger(self.episode) and self.frames:
+                self.save(self.frames, self.folder, fps=15, episode_index=self.episode, episode_trigger=lambda _: True)
+            self.frames, self.episode = [], self.episode + 1
+
+
+class RewardNormalizer:
+    """Scales rewards by the running std of the discounted return (PPG code, Baselines' VecNormalize), then clips.
+
+    Only real transitions update the statistics; the return accumulator restarts after every episode end.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8):
+        self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
+        self.ret = np.zeros(num_envs)
+        self.mean, self.var, self.count = 0.0, 1.0, epsilon
+
+    def update(self, x: np.ndarray) -> None:
+        """Parallel mean/variance update (Chan et al.) with the batch x."""
+        if x.size == 0:
+            return
+        b_mean, b_var, b_count = x.mean(), x.var(), x.size
+        delta, total = b_mean - self.mean, self.count + b_count
+        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
+        self.mean, self.var, self.count = self.mean + delta * b_count / total, m2 / total, total
+
+    def __call__(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        self.ret = np.where(valid, self.ret * self.gamma + reward, self.ret)
+        self.update(self.ret[valid])
+        scaled = np.clip(reward / np.sqrt(self.var + self.epsilon), -self.clip, self.clip)
+        self.ret[done] = 0.0
+        return scaled
+
+
+def layer_init_normed(layer: nn.Module, scale: float = 1.0) -> nn.Module:
+    """PPG code's init: each output unit's weight vector rescaled to norm `scale`, bias zero."""
+    with torch.no_grad():
+        dims = tuple(range(1, layer.weight.dim()))
+        layer.weight.mul_(scale / torch.linalg.vector_norm(layer.weight, dim=dims, keepdim=True))
+        layer.bias.zero_()
+    return layer
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int, scale: float):
+        super().__init__()
+        self.conv0 = layer_init_normed(nn.Conv2d(channels, channels, 3, padding=1), np.sqrt(scale))
+        self.conv1 = layer_init_normed(nn.Conv2d(channels, channels, 3, padding=1), np.sqrt(scale))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ConvSequence(nn.Module):
+    """conv 3x3, max-pool 3x3 stride 2, two residual blocks (Espeholt et al. 2018, IMPALA)."""
+
+    def __init__(self, in_channels: int, out_channels: int, scale: float):
+        super().__init__()
+        self.conv = layer_init_normed(nn.Conv2d(in_channels, out_channels, 3, padding=1))
+        self.res0 = ResidualBlock(out_channels, scale / np.sqrt(2))
+        self.res1 = ResidualBlock(out_channels, scale / np.sqrt(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1)
+        return self.res1(self.res0(x))
+
+
+class ImpalaEncoder(nn.Module):
+    """IMPALA CNN with channels (16, 32, 32) and a 256-unit dense layer, as in the Procgen and PPG papers."""
+
+    def __init__(self, obs_shape: tuple, channels: tuple = (16, 32, 32), hidden: int = 256):
+        super().__init__()
+        c, h, w = obs_shape  # envpool's Procgen observations are channel-first: (3, 64, 64) uint8
+        seqs = []
+        for out in channels:
+            seqs.append(ConvSequence(c, out, scale=1 / np.sqrt(len(channels))))
+            c, h, w = out, (h + 1) // 2, (w + 1) // 2
+        self.convs = nn.Sequential(*seqs)
+        self.dense = layer_init_normed(nn.Linear(c * h * w, hidden), scale=1.4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.convs(x.float() / 255.0)
+        return torch.relu(self.dense(torch.relu(x.flatten(1))))
+
+
+class PolicyNetwork(nn.Module):
+    """pi_theta with the auxiliary value head V_theta_pi that the auxiliary phase trains (Cobbe et al. 2021)."""
+
+    def __init__(self, obs_shape: tuple, n_actions: int):
+        super().__init__()
+        self.encoder = ImpalaEncoder(obs_shape)
+        self.actor = layer_init_normed(nn.Linear(256, n_actions), scale=0.1)
+        self.aux_critic = layer_init_normed(nn.Linear(256, 1), scale=0.1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, auxiliary value)"""
+        hidden = self.encoder(x)
+        return self.actor(hidden), self.aux_critic(hidden).flatten()
+
+
+class ValueNetwork(nn.Module):
+    """V_theta_V: a separate IMPALA CNN, so value training never disturbs the policy's features."""
+
+    def __init__(self, obs_shape: tuple):
+        super().__init__()
+        self.encoder = ImpalaEncoder(obs_shape)
+        self.critic = layer_init_normed(nn.Linear(256, 1), scale=0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.encoder(x)).flatten()
+
+
+# [shared:gae] source: cleanrl/ppo.py
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminations: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, Eq. 16) over a rollout with episode ends.
+
+    All inputs are (num_steps, num_envs). `next_values[t]` is V(s_{t+1}) of the true successor of s_t:
+    for a step that ended an episode by truncation it is the value of the final observation, so a
+    time-limit cut still bootstraps. `terminations[t]` = 1 drops that bootstrap (s_{t+1} is terminal).
+    `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
+    Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
+    """
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+# [/shared:gae]
+
+
+class AuxBuffer:
+    """Every observation of one policy phase, with its value target and, before distillation, pi_old's logits.
+
+    Stored rollout-major: row r = iteration * num_envs + env holds that env's num_steps consecutive
+    observations from that iteration, so an auxiliary minibatch of whole rollouts is one index on dim 0.
+    Observations stay uint8 (3x64x64 bytes each); the size follows from the flags (see aux_buffer_bytes).
+    """
+
+    def __init__(self, n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int):
+        self.num_envs = num_envs
+        rows = n_iteration * num_envs
+        self.obs = torch.empty((rows, num_steps) + tuple(obs_shape), dtype=torch.uint8)
+        self.returns = torch.empty((rows, num_steps))
+        self.valid = torch.empty((rows, num_steps), dtype=torch.bool)
+        self.old_logits = torch.empty((rows, num_steps, n_actions))
+
+    @property
+    def num_rollouts(self) -> int:
+        return self.obs.shape[0]
+
+    def nbytes(self) -> int:
+        return sum(t.element_size() * t.nelement() for t in (self.obs, self.returns, self.valid, self.old_logits))
+
+    def store(self, iteration: int, obs: torch.Tensor, returns: torch.Tensor, valid: torch.Tensor) -> None:
+        """Store one policy iteration's rollout; inputs are step-major (num_steps, num_envs, ...)."""
+        rows = slice(iteration * self.num_envs, (iteration + 1) * self.num_envs)
+        self.obs[rows] = obs.transpose(0, 1).cpu()  # (num_envs, num_steps, *obs_shape)
+        self.returns[rows] = returns.transpose(0, 1).cpu()
+        self.valid[rows] = valid.transpose(0, 1).cpu()
+
+    def set_old_logits(self, rollouts: np.ndarray, logits: torch.Tensor) -> None:
+        """Write logits computed on `self.batch(rollouts)`'s flat observations back beside them."""
+        self.old_logits[rollouts] = logits.reshape((len(rollouts), -1, logits.shape[-1])).cpu()
+
+    def batch(self, rollouts: np.ndarray, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Whole rollouts, flattened to (len(rollouts) * num_steps, ...): obs, returns, old logits, valid."""
+        return tuple(t[rollouts].flatten(0, 1).to(device) for t in (self.obs, self.returns, self.old_logits, self.valid))
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, denominator: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Mean of x over mask (the reset steps of NEXT_STEP autoreset are not transitions); `denominator`
+    overrides the count, so chunks of one minibatch sum to the minibatch's mean."""
+    count = mask.sum() if denominator is None else denominator
+    return (x * mask).sum() / count.clamp(min=1)
+
+
+def aux_losses(
+    logits: torch.Tensor,
+    aux_values: torch.Tensor,
+    values: torch.Tensor,
+    old_logits: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    denominator: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Auxiliary-phase losses over flat observations: (kl_loss, aux_value_loss, value_loss).
+
+    L^joint = aux_value_loss + beta_clone * kl_loss, Eq. (2), Cobbe et al. 2021, trains the policy network:
+    KL[pi_old(.|s) || pi_theta(.|s)] keeps the policy while its auxiliary head fits the value targets.
+    L^value = value_loss, Eq. (3), trains the value network again on the same targets.
+    """
+    old_logp = torch.log_softmax(old_logits, dim=-1)
+    new_logp = torch.log_softmax(logits, dim=-1)
+    kl = (old_logp.exp() * (old_logp - new_logp)).sum(-1)
+    kl_loss = masked_mean(kl, mask, denominator)
+    aux_value_loss = 0.5 * masked_mean((aux_values - returns) ** 2, mask, denominator)
+    value_loss = 0.5 * masked_mean((values - returns) ** 2, mask, denominator)
+    return kl_loss, aux_value_loss, value_loss
+
+
+def evaluate(policy: PolicyNetwork, envpool, env_id: str, args: Args, device: torch.device) -> list[float]:
+    """Run the stochastic policy for args.eval_episodes full episodes on a fresh environment (new levels).
+    Sampling, not argmax: Procgen policies trained with an entropy bonus can stall under a greedy policy."""
+    envs = make_envs(envpool, env_id, 1, args.seed + 10_000)
+    obs, _ = envs.reset()
+    returns = []
+    while len(returns) < args.eval_episodes:
+        with torch.no_grad():
+            logits, _ = policy(torch.as_tensor(obs, device=device))
+        obs, _, _, _, infos = envs.step(Categorical(logits=logits).sample().cpu().numpy())
+        if "episode" in infos:
+            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
+    envs.close()
+    return returns[: args.eval_episodes]
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    # Everything that can be wrong with the input is checked before the run directory exists.
+    batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
+    envpool = load_envpool()
+    env_id = resolve_env_id(args.env_id, args.distribution_mode, envpool.list_all_envs())
+    num_iterations = num_phases * args.n_iteration
+    run_name = f"{env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    writer = start_logging(args, run_name)
+
+    seed_everything(args.seed, args.torch_deterministic)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        # Measured here on a busy 2-core machine: the IMPALA CNN's acting forward pass took 38 ms with one
+        # torch thread and 930 ms with two (the second thread waits for a core that envpool or others hold).
+        torch.set_num_threads(1)
+
+    # env setup
+    envs = make_envs(envpool, env_id, args.num_envs, args.seed)
+    obs_shape = envs.single_observation_space.shape
+    n_actions = int(envs.single_action_space.n)
+    video = VideoRecorder(f"videos/{run_name}") if args.capture_video else None
+    reward_normalizer = RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
+
+    policy = PolicyNetwork(obs_shape, n_actions).to(device)
+    value_net = ValueNetwork(obs_shape).to(device)
+    params = list(policy.parameters()) + list(value_net.parameters())
+    # One Adam over both networks (PPG code); torch's default eps=1e-8 as in the reference.
+    optimizer = optim.Adam(params, lr=args.learning_rate)
+
+    # storage: (num_steps, num_envs, ...); observations stay uint8 until they enter a network
+    obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    # valid[t] = 0 marks envpool's reset steps (the step after an episode end): not a transition
+    valid = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    aux = AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, obs_shape, n_actions)
+
+    global_step = 0
+    start_time = time.time()
+    next_obs_np, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs_np, device=device)
+    prev_done = np.zeros(args.num_envs, dtype=bool)  # the previous step ended an episode
+
+    for phase in range(1, num_phases + 1):
+        # POLICY PHASE: N_pi iterations of PPO with separate policy and value networks (Algorithm 1)
+        for phase_iteration in range(args.n_iteration):
+            iteration = (phase - 1) * args.n_iteration + phase_iteration + 1
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            # rollout
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                valid[step] = torch.as_tensor(~prev_done, device=device)
+                with torch.no_grad():
+                    logits, _ = policy(next_obs)
+                    values[step] = value_net(next_obs)
+                probs = Categorical(logits=logits)
+                action = probs.sample()
+                actions[step] = action
+                logprobs[step] = probs.log_prob(action)
+
+                next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
+                done = np.logical_or(term, trunc)
+                if reward_normalizer is not None:
+                    reward = reward_normalizer(reward, done, ~prev_done)
+                rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+                dones[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
+                if video is not None:
+                    video.add(next_obs_np[0], bool(done[0]))
+                prev_done = done
+                next_obs = torch.as_tensor(next_obs_np, device=device)
+
+                if "episode" in infos:
+                    for i in np.nonzero(infos["_episode"])[0]:
+                        writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                        writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+
+            # advantages: every episode end counts as terminal (Procgen's time limit leaves no final obs to
+            # bootstrap from, see make_envs), so terminations = dones. The reset step that follows an end
+            # gets a (meaningless) advantage of its own, but dones[t] cuts the recursion before it can leak
+            # into the finished episode, and `valid` keeps it out of every loss.
+            with torch.no_grad():
+                next_value = value_net(next_obs).reshape(1, -1)
+                next_values = torch.cat([values[1:], next_value], dim=0)
+                advantages, returns = compute_gae(rewards, values, next_values, dones, dones, args.gamma, args.gae_lambda)
+
+            # flatten the batch: (num_steps * num_envs, ...)
+            b_obs = obs.reshape((-1,) + obs_shape)
+            b_logprobs = logprobs.reshape(-1)
+            b_actions = actions.reshape(-1)
+            b_advantages = advantages.reshape(-1)
+            b_returns = returns.reshape(-1)
+            b_values = values.reshape(-1)
+            b_valid = valid.reshape(-1)
+            if args.adv_norm_fullbatch:  # the PPG code normalizes once over the whole batch
+                real = b_advantages[b_valid]
+                b_advantages = (b_advantages - real.mean()) / (real.std() + 1e-8)
+
+            # optimize: E_pi epochs of the policy objective, E_V epochs of the value objective; one shared
+            # minibatch loop, each network's loss only while its epoch count lasts. Reset steps are dropped,
+            # so the minibatches split the real transitions into num_minibatches near-equal parts.
+            b_inds = np.nonzero(b_valid.cpu().numpy())[0]
+            clipfracs = []
+            pg_loss = v_loss = entropy_loss = old_approx_kl = approx_kl = torch.tensor(float("nan"))
+            for epoch in range(max(args.e_policy, args.v_value)):
+                train_policy, train_value = epoch < args.e_policy, epoch < args.v_value
+                np.random.shuffle(b_inds)
+                for mb_inds in np.array_split(b_inds, args.num_minibatches):
+                    mb_inds = torch.as_tensor(mb_inds, device=device)
+                    loss = torch.zeros((), device=device)
+                    if train_policy:
+                        logits, _ = policy(b_obs[mb_inds])
+                        probs = Categorical(logits=logits)
+                        newlogprob, entropy = probs.log_prob(b_actions[mb_inds]), probs.entropy()
+                        logratio = newlogprob - b_logprobs[mb_inds]
+                        ratio = logratio.exp()
+                        with torch.no_grad():
+                            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+                            old_approx_kl = (-logratio).mean()
+                            approx_kl = ((ratio - 1) - logratio).mean()
+                            clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+                        mb_advantages = b_advantages[mb_inds]
+                        if not args.adv_norm_fullbatch:
+                            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                        # clipped surrogate objective, Eq. (7), Schulman et al. 2017 (L^clip in PPG's Eq. 1)
+                        pg_loss1 = -mb_advantages * ratio
+                        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                        entropy_loss = entropy.mean()
+                        loss = loss + pg_loss - args.ent_coef * entropy_loss
+                    if train_value:
+                        newvalue = value_net(b_obs[mb_inds])
+                        mb_returns, mb_values = b_returns[mb_inds], b_values[mb_inds]
+                        if args.clip_vloss:
+                            v_loss_unclipped = (newvalue - mb_returns) ** 2
+                            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                            v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
+                        else:
+                            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()  # L^value, Eq. (3), Cobbe et al. 2021
+                        loss = loss + args.vf_coef * v_loss
+
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+                    optimizer.step()
+
+                if args.target_kl is not None and approx_kl > args.target_kl:
+                    break
+
+            y_pred, y_true = b_values[b_valid].cpu().numpy(), b_returns[b_valid].cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            sps = int(global_step / (time.time() - start_time))
+            writer.add_scalar("charts/SPS", sps, global_step)
+            print(f"phase {phase} iteration {iteration}/{num_iterations} global_step={global_step} SPS={sps}")
+
+            # keep the rollout for the auxiliary phase, with the value targets of this iteration
+            aux.store(phase_iteration, obs, returns, valid)
+
+        # AUXILIARY PHASE (Algorithm 1): first record pi_old on every stored observation, then E_aux epochs
+        # of distillation over minibatches of whole rollouts.
+        aux_inds = np.arange(aux.num_rollouts)
+        with torch.no_grad():
+            for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
+                rollouts = aux_inds[start : start + args.num_aux_rollouts]
+                m_obs = aux.batch(rollouts, device)[0]
+                aux.set_old_logits(rollouts, policy(m_obs)[0])
+
+        chunk = args.num_aux_rollouts // args.n_aux_grad_accum
+        kl_sum = aux_value_sum = value_sum = 0.0
+        for aux_epoch in range(args.e_auxiliary):
+            np.random.shuffle(aux_inds)
+            for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
+                mb_rollouts = aux_inds[start : start + args.num_aux_rollouts]
+                mb_count = aux.valid[mb_rollouts].sum()
+                optimizer.zero_grad()
+                for c in range(0, args.num_aux_rollouts, chunk):
+                    m_obs, m_returns, m_old_logits, m_valid = aux.batch(mb_rollouts[c : c + chunk], device)
+                    logits, aux_values = policy(m_obs)
+                    new_values = value_net(m_obs)
+                    # each chunk's losses are sums over its observations divided by the whole minibatch's
+                    # count, so the accumulated gradient equals the minibatch mean's
+                    kl_loss, aux_value_loss, value_loss = aux_losses(
+                        logits, aux_values, new_values, m_old_logits, m_returns, m_valid, mb_count.to(device)
+                    )
+                    joint_loss = aux_value_loss + args.beta_clone * kl_loss  # L^joint, Eq. (2), Cobbe et al. 2021
+                    (joint_loss + value_loss).backward()
+                    if aux_epoch == args.e_auxiliary - 1:
+                        kl_sum += kl_loss.item()
+                        aux_value_sum += aux_value_loss.item()
+                        value_sum += value_loss.item()
+                nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+                optimizer.step()
+
+        # means over the minibatches of the last auxiliary epoch
+        writer.add_scalar("losses/aux_kl_loss", kl_sum / aux_minibatches, global_step)
+        writer.add_scalar("losses/aux_pi_value_loss", aux_value_sum / aux_minibatches, global_step)
+        writer.add_scalar("losses/aux_value_loss", value_sum / aux_minibatches, global_step)
+        print(f"phase {phase}: auxiliary phase done, kl={kl_sum / aux_minibatches:.4g}")
+
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        torch.save({"policy": policy.state_dict(), "value": value_net.state_dict()}, model_path)
+        print(f"model saved to {model_path}")
+        episodic_returns = evaluate(policy, envpool, env_id, args, device)
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
+
+    envs.close()
+    writer.close()
