@@ -206,8 +206,10 @@ def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, mes
 
 @pytest.mark.slow
 def test_learns_inverted_pendulum(workdir):
+    # Measured with seed 1 (42 s of CPU, 3 min wall on the loaded 2-core machine): the first 20 episodes
+    # average 6, the return first reaches the 1000 maximum near step 23k, the last 10 episodes average 1000.
     pytest.importorskip("mujoco", reason="optional dependency mujoco is not installed")
-    run_script("ppo_continuous_action.py", "--env-id", "InvertedPendulum-v5", "--total-timesteps", "61440",
+    run_script("ppo_continuous_action.py", "--env-id", "InvertedPendulum-v5", "--total-timesteps", "40960",
                cwd=workdir, timeout=1200)
     returns = values(read_scalars(single_run_dir(workdir)), "charts/episodic_return")
     assert np.mean(returns[:20]) < 50, returns[:20]
