@@ -214,3 +214,33 @@ def test_final_return_and_t_interval_by_hand():
     # n = 3, sd = 1: t_{0.975, 2} * 1 / sqrt(3)
     assert t_halfwidth(np.array([1.0, 2.0, 3.0])) == pytest.approx(4.303 / np.sqrt(3))
     assert np.isnan(t_halfwidth(np.array([1.0])))
+
+
+@pytest.mark.parametrize("algo", ["ppo", "ppo_continuous_action", "dqn", "ddpg", "td3", "sac"])
+def test_throughput_passes_flags_our_scripts_accept(algo):
+    # throughput.py runs our scripts with explicit hyperparameters; each flag must exist in the script's Args
+    import importlib
+
+    import tyro
+
+    from benchmark.throughput import SPECS
+
+    spec = SPECS[algo]
+    if not (ROOT / "cleanrl" / spec["script"]).is_file():
+        pytest.skip(f"cleanrl/{spec['script']} has not landed")
+    module = importlib.import_module(f"cleanrl.{spec['script'][:-3]}")
+    args = tyro.cli(module.Args, args=["--env-id", spec["env_id"], "--total-timesteps", "1000", "--no-cuda", *spec["ours"]])
+    assert args.env_id == spec["env_id"]
+
+
+def test_throughput_bad_input(tmp_path):
+    def throughput(*args):
+        cmd = [sys.executable, str(ROOT / "benchmark/throughput.py"), *args, "--out", str(tmp_path / "tp")]
+        return subprocess.run(cmd, cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=120)
+
+    proc = throughput("--algos", "nope")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: unknown --algos ['nope']")
+    proc = throughput("--algos", "ppo", "--sb3-python", str(tmp_path / "no-venv/bin/python"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: no Stable-Baselines3 python at {tmp_path / 'no-venv/bin/python'}")
+    assert not (tmp_path / "tp").exists()
