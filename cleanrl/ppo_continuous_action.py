@@ -332,7 +332,7 @@ def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -
     Everything comes from the checkpoint: the weights and the observation statistics, which stay frozen.
     The returns are the environment's own rewards (no reward scaling here).
     """
-    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    checkpoint = torch.load(model_path, map_location="cpu", weights_only=True)  # statistics are used as numpy
     envs = gym.vector.SyncVectorEnv(
         [make_env(args.env_id, 0, args.capture_video, f"{run_name}-eval")],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
