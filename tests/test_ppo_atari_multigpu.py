@@ -218,3 +218,28 @@ def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, wor
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and message in last, last
     assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
+
+
+# ---- the scaling benchmark's reading of an event file ----
+
+
+def test_scaling_benchmark_measures_steps_per_second_after_the_first_iteration(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from benchmark.ppo_atari_multigpu_scaling import read_sps
+
+    writer = SummaryWriter(str(tmp_path))
+    # iteration 1 ends 50 s after start (warm-up), then 128 steps every 2 s
+    for step, wall, sps in [(64, 1050.0, 1), (192, 1052.0, 3), (320, 1054.0, 5)]:
+        writer.add_scalar("charts/SPS", sps, step, walltime=wall)
+    writer.close()
+    steady, last, iterations = read_sps(tmp_path)
+    assert steady == pytest.approx((320 - 64) / 4.0)
+    assert (last, iterations) == (5.0, 3)
+
+
+def test_scaling_benchmark_refuses_a_budget_without_a_measured_iteration(tmp_path):
+    cmd = [sys.executable, str(ROOT / "benchmark" / "ppo_atari_multigpu_scaling.py"), "--iterations", "1"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --iterations must be at least 2")
