@@ -120,7 +120,11 @@ RUN_NAME = re.compile(r"^(?P<env_id>.+)__(?P<exp_name>.+)__(?P<seed>-?\d+)__(?P<
 
 def parse_run_name(run_dir: Path) -> tuple[str, int]:
     parts = run_dir.parts
-    rel = "/".join(parts[len(parts) - 1 - parts[::-1].index("runs") + 1 :]) if "runs" in parts else run_dir.name
+    if "runs" in parts:  # the name below the last runs/ folder, which keeps env ids such as ALE/Pong-v5 whole
+        last = len(parts) - 1 - parts[::-1].index("runs")
+        rel = "/".join(parts[last + 1 :])
+    else:
+        rel = run_dir.name
     m = RUN_NAME.match(rel)
     if m is None:
         fail(f"cannot read env id and seed from {run_dir}: expected a directory named {{env_id}}__{{exp_name}}__{{seed}}__{{unix time}}")
@@ -351,11 +355,15 @@ def main(args: Args) -> None:
             half = t_halfwidth(ys, axis=0)
             ax.plot(grid, mean, color=colors[label], label=f"{label} ({len(group)} runs)", linewidth=1.5)
             ax.fill_between(grid, mean - half, mean + half, color=colors[label], alpha=0.2, linewidth=0)
+        if not any(len(r.returns) for r in runs if r.env_id == env_id):
+            ax.text(0.5, 0.5, "no finished episode", transform=ax.transAxes, ha="center", va="center")
+            ax.set_xlim(0, max(max_step, 1))
         ax.set_title(env_id if not args.title else f"{args.title}: {env_id}", fontsize=10)
         ax.set_xlabel("environment steps")
         ax.set_ylabel("episodic return")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
 
     for env_id in envs:
         fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark.report import final_return, iqm, iqm_rows, mean_rows, stratified_bootstrap_ci, t_halfwidth
+from benchmark.report import final_return, iqm, iqm_rows, mean_rows, parse_run_name, stratified_bootstrap_ci, t_halfwidth
 from tests.helpers import ROOT, read_scalars, script_env, values
 
 PPO = ROOT / "cleanrl" / "ppo.py"
@@ -244,3 +244,8 @@ def test_throughput_bad_input(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: no Stable-Baselines3 python at {tmp_path / 'no-venv/bin/python'}")
     assert not (tmp_path / "tp").exists()
+
+
+def test_run_names_with_a_slash_in_the_env_id():
+    assert parse_run_name(Path("r/ALE/seed1/runs/ALE/Pong-v5__ppo_atari__3__1700000000")) == ("ALE/Pong-v5", 3)
+    assert parse_run_name(Path("r/runs/CartPole-v1__ppo__1__1700000000")) == ("CartPole-v1", 1)
