@@ -198,7 +198,8 @@ def resolve_env_id(env_id: str, distribution_mode: str, known_ids: list[str]) ->
             modes = sorted(i[len(env_id) : -len("-v0")].lower() for i in known_ids if i.lower().startswith(env_id.lower()))
             fail(f"{env_id} has no {distribution_mode!r} distribution (it has: {', '.join(modes)})")
         return resolved
-    procgen_ids = [i for i in known_ids if any(i.lower().startswith(g) for g in PROCGEN_GAMES) and i.endswith("-v0")]
+    modes = ("Easy", "Hard", "Extreme", "Memory", "Exploration")
+    procgen_ids = {f"{g.capitalize()}{m}-v0" for g in PROCGEN_GAMES for m in modes} & set(known_ids)
     if env_id in procgen_ids:
         return env_id
     fail(f"unknown Procgen game {env_id!r}; use one of {', '.join(PROCGEN_GAMES)} or an envpool id like StarpilotEasy-v0")
@@ -672,6 +673,7 @@ if __name__ == "__main__":
 
         # AUXILIARY PHASE (Algorithm 1): first record pi_old on every stored observation, then E_aux epochs
         # of distillation over minibatches of whole rollouts.
+        aux_start = time.time()
         aux_inds = np.arange(aux.num_rollouts)
         with torch.no_grad():
             for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
@@ -709,7 +711,8 @@ if __name__ == "__main__":
         writer.add_scalar("losses/aux_kl_loss", kl_sum / aux_minibatches, global_step)
         writer.add_scalar("losses/aux_pi_value_loss", aux_value_sum / aux_minibatches, global_step)
         writer.add_scalar("losses/aux_value_loss", value_sum / aux_minibatches, global_step)
-        print(f"phase {phase}: auxiliary phase done, kl={kl_sum / aux_minibatches:.4g}")
+        sps = int(global_step / (time.time() - start_time))
+        print(f"phase {phase}: auxiliary phase took {time.time() - aux_start:.0f} s; SPS including it: {sps}")
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"

@@ -184,6 +184,16 @@ def test_end_to_end_policy_and_auxiliary_phase_then_saved_model_is_evaluated(wor
 
 
 @needs_procgen
+def test_track_and_capture_video(workdir):
+    # one env, 128 steps: with seed 1 the first episode of env 0 ends within them, so a video is written
+    args = ["--num-envs", "1", "--num-steps", "128", "--n-iteration", "1", "--num-aux-rollouts", "1",
+            "--e-auxiliary", "1", "--num-minibatches", "1", "--total-timesteps", "128"]  # fmt: skip
+    run_script("ppg_procgen.py", *args, "--track", "--capture-video", cwd=workdir, timeout=300)
+    assert list((workdir / "wandb").glob("offline-run-*")), "no offline W&B run was written"
+    assert list((workdir / "videos").rglob("*.mp4")), "no video was written"
+
+
+@needs_procgen
 def test_same_seed_gives_identical_losses(workdir):
     logged = []
     for i in range(2):
