@@ -8,6 +8,8 @@ Every run gets its own working directory, so the TensorBoard files a script writ
     <out>/<name>/<env_id>/seed<k>/runs/...  what the script writes (TensorBoard events, models)
     <out>/<name>/<env_id>/seed<k>/DONE.json completion marker, written only after the command exited 0
 
+One runner at a time per result folder: it holds a lock on <out>/<name>/.runner.lock while it runs.
+
 Resume: a run whose DONE.json exists is skipped (`--no-skip-finished` reruns everything). A run directory without
 the marker belongs to an attempt that failed or was stopped; it is moved, with its log, to
 `<out>/<name>/.incomplete/<env_id>/seed<k>-<unix time>/` (hidden from the report) and the run starts again, which
@@ -25,6 +27,7 @@ Run:
     python benchmark/run.py --help
 """
 
+import fcntl
 import json
 import os
 import platform
@@ -302,6 +305,18 @@ def main(args: Args, command: list[str]) -> int:
             state = "finished, would skip" if r.marker.exists() and args.skip_finished else "would run"
             print(f"{state}: cd {r.workdir} && {shlex.join(r.argv)}")
         return 0
+    # one runner per result folder: a second one would move the first one's unfinished runs aside
+    root.mkdir(parents=True, exist_ok=True)
+    lock = open(root / ".runner.lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        fail(f"another benchmark/run.py (pid {lock.read().strip() or '?'}) is running in {root}; wait for it or stop it")
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
     for r in runs:
         prepare(r, root, args.skip_finished)
     print(

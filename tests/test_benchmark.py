@@ -3,6 +3,7 @@
 import csv
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,25 @@ def test_gpus_are_handed_out_round_robin_and_timeouts_fail(tmp_path):
     proc = bench("--command", slow, "--name", "slow", "--env-ids", "A", "--seeds", "1", "--timeout", "1", "--out", "r", cwd=tmp_path)
     assert proc.returncode == 1
     assert "| A | 1 | failed |" in proc.stdout and "killed after --timeout 1 s" in proc.stdout
+
+
+def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
+    slow = f"{QUICK} 'import time; time.sleep(30)' {{env_id}} {{seed}}"
+    args = [sys.executable, str(ROOT / "benchmark/run.py"), "--command", slow, "--name", "x", "--env-ids", "A", "--seeds", "1", "--out", "r"]
+    first = subprocess.Popen(args, cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().startswith("1 runs (0 already finished)")  # printed once it holds the lock
+        proc = bench(*args[2:], cwd=tmp_path)
+        assert proc.returncode == 1
+        assert proc.stderr.strip().splitlines()[-1] == f"error: another benchmark/run.py (pid {first.pid}) is running in {tmp_path / 'r/x'}; wait for it or stop it"
+        assert (tmp_path / "r/x/A/seed1/log.txt").exists(), "the second runner touched the first one's run"
+    finally:
+        # Ctrl-C: the runner stops its child, prints the summary and exits 130; the run has no DONE.json
+        first.send_signal(signal.SIGINT)
+        out, _ = first.communicate(timeout=60)
+    assert first.returncode == 130
+    assert "| A | 1 | failed |" in out and "interrupted" in out
+    assert not (tmp_path / "r/x/A/seed1/DONE.json").exists()
 
 
 def test_runner_bad_input_fails_before_any_result_folder(tmp_path):
