@@ -5,7 +5,7 @@ The infrastructure comes from cloud/*.tf (terraform); names below are its defaul
 
 Run:
     python cloud/submit.py build --repository cleanrl
-    python cloud/submit.py submit --job-queue cleanrl-cpu-spot --scripts cleanrl/ppo.py \
+    python cloud/submit.py submit --job-queue cleanrl-cpu-spot --scripts ppo.py \
         --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --total-timesteps 500000
     python cloud/submit.py submit --no-build --array --seeds $(seq 1 100) --env-ids CartPole-v1
     python cloud/submit.py submit-multinode --num-nodes 2 --env-id BreakoutNoFrameskip-v4
@@ -73,8 +73,8 @@ class Build(Aws):
 class Submit(Build):
     """Submit one job per (script, env id, seed), or one array job per (script, env id) over the seeds."""
 
-    scripts: tuple[str, ...] = ("cleanrl/ppo.py",)
-    """scripts to run, relative to the repository root"""
+    scripts: tuple[str, ...] = ("ppo.py",)
+    """scripts to run: a name in cleanrl/ (ppo_atari.py) or a path from the repository root"""
     env_ids: tuple[str, ...] = ("CartPole-v1",)
     """environment ids; every script runs on every one"""
     seeds: tuple[int, ...] = (1,)
@@ -111,8 +111,8 @@ class Submit(Build):
 class SubmitMultinode(Build):
     """Submit one multi-node parallel job: torchrun on every node, one process per GPU."""
 
-    script: str = "cleanrl/ppo_atari_multigpu.py"
-    """script torchrun starts, relative to the repository root"""
+    script: str = "ppo_atari_multigpu.py"
+    """script torchrun starts: a name in cleanrl/ or a path from the repository root"""
     env_id: str = "BreakoutNoFrameskip-v4"
     """environment id"""
     seed: int = 1
@@ -253,10 +253,13 @@ def check_extra_args(extra_args: str) -> list[str]:
         fail(f"--extra-args is not valid shell text ({e}): {extra_args!r}")
 
 
-def check_script(script: str) -> None:
-    # The image holds the repository at /workspace; a script that is not in this checkout is not in the image.
-    if not (ROOT / script).is_file():
-        fail(f"script {script!r} is not a file of this repository (paths are relative to {ROOT})")
+def check_script(script: str) -> str:
+    """The script's path from the repository root (the image's working directory); a bare name is in cleanrl/."""
+    path = script if "/" in script else f"cleanrl/{script}"
+    # The image is built from this checkout: a script that is not here is not in the image either.
+    if not (ROOT / path).is_file():
+        fail(f"script {script!r} is not a file of this repository ({ROOT / path} does not exist)")
+    return path
 
 
 def wandb_environment(extra_args: list[str]) -> list[dict]:
@@ -313,12 +316,11 @@ def plan_jobs(args: Submit) -> list[dict]:
         if list(args.seeds) != list(range(args.seeds[0], args.seeds[0] + len(args.seeds))):
             fail("with --array the seeds must be consecutive and ascending (child i runs seed first + i), "
                  f"got {list(args.seeds)}")
-    for script in args.scripts:
-        check_script(script)
+    scripts = [check_script(script) for script in args.scripts]
     environment = wandb_environment(extra)
     overrides = container_overrides(args.vcpus, args.memory, args.gpus, environment)
     requests = []
-    for script in args.scripts:
+    for script in scripts:
         command = " ".join([args.launcher, shlex.quote(script), *map(shlex.quote, extra)])
         stem = Path(script).stem
         for env_id in args.env_ids:
@@ -350,7 +352,7 @@ def plan_multinode(args: SubmitMultinode) -> dict:
     check_resources(args.vcpus, args.memory, args.gpus, "node")
     check_timeout(args.timeout_seconds)
     extra = check_extra_args(args.extra_args)
-    check_script(args.script)
+    script = check_script(args.script)
     if args.num_nodes < 1:
         fail(f"--num-nodes must be at least 1, got {args.num_nodes}")
     if args.nproc_per_node not in ("gpu", "cpu", "auto") and not (
@@ -363,7 +365,7 @@ def plan_multinode(args: SubmitMultinode) -> dict:
         fail(f"--total-timesteps must be at least 1, got {args.total_timesteps}")
     environment = wandb_environment(extra)
     parameters = {
-        "script": " ".join([shlex.quote(args.script), *map(shlex.quote, extra)]),
+        "script": " ".join([shlex.quote(script), *map(shlex.quote, extra)]),
         "envId": args.env_id,
         "seed": str(args.seed),
         "nprocPerNode": args.nproc_per_node,

@@ -53,7 +53,7 @@ class MotoServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"moto server exited with {self.proc.returncode}; see {log_path}")
             try:
-                urllib.request.urlopen(f"{self.endpoint}/moto-api/reset-auth", data=b"{}", timeout=2).read()
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).read()
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"moto server did not answer on {self.endpoint} within 60 s")

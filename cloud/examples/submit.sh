@@ -1,0 +1,11 @@
+# Submit and follow jobs with the plain AWS CLI (cloud/submit.py does the same and more).
+set -euo pipefail
+# One run: the parameters fill Ref::envId, Ref::totalTimesteps, Ref::seed (and Ref::script) of the job definition.
+JOB_ID=$(aws batch submit-job --job-name cleanrl-ppo-CartPole-v1-s1 --job-queue cleanrl-cpu-spot --job-definition cleanrl-single \
+  --parameters envId=CartPole-v1,totalTimesteps=500000,seed=1 --query jobId --output text)
+# Ten seeds (1..10) in one array job: child i runs seed 1 + i.
+ARRAY_ID=$(aws batch submit-job --job-name cleanrl-ppo-Acrobot-v1-s1-10 --job-queue cleanrl-cpu-spot --job-definition cleanrl-single \
+  --array-properties size=10 --parameters envId=Acrobot-v1,totalTimesteps=500000,seed=1 --query jobId --output text)
+aws batch describe-jobs --jobs "$JOB_ID" "$ARRAY_ID" --query 'jobs[].[jobId,jobName,status]' --output text
+aws batch list-jobs --job-queue cleanrl-cpu-spot --job-status SUCCEEDED --query 'jobSummaryList[].[jobId,jobName]' --output text
+aws batch terminate-job --job-id "$JOB_ID" --reason "stopped by hand"
