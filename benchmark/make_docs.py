@@ -121,13 +121,15 @@ def render(args: Args, commands: list[str], throughput: dict, missing: list[str]
     from benchmark.throughput import markdown
 
     tp_table = markdown(throughput["results"])
-    landed = [s for s in SCRIPTS if (ROOT / "cleanrl" / f"{s}.py").is_file()]
+    # only committed scripts: the docs tests parse every included command against its script's CLI
+    tracked = subprocess.run(["git", "ls-files", "cleanrl"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    landed = [s for s in SCRIPTS if f"cleanrl/{s}.py" in tracked]
     pending = [s for s in SCRIPTS if s not in landed]
     includes = "\n\n".join(f"`benchmark/{s}.sh`\n\n```bash\n--8<-- \"benchmark/{s}.sh\"\n```" for s in landed)
     env_figs = "\n".join(f"![{e}](benchmark/{e}.png)" for e in args.env_ids)
     gen = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     cmds = "\n".join(commands)
-    pending_note = f"\n\nScripts without a landed file when this page was generated (their `.sh` exists): {', '.join(pending)}." if pending else ""
+    pending_note = f"\n\nScripts not yet committed when this page was generated (their `.sh` exists): {', '.join(pending)}." if pending else ""
     missing_note = f" Not measured (script missing when the page was generated): {', '.join(missing)}." if missing else ""
     return f"""# Benchmark
 
