@@ -274,7 +274,7 @@ def test_terraform_init_validate_apply_plan_destroy(tf_env, moto):
     net = network(moto, "10.30.0.0/16")
     (tf_env["module"] / "terraform.tfvars.json").write_text(json.dumps(
         {"name_prefix": "tftest", "region": REGION, "vpc_id": net["vpc"], "subnet_ids": [net["subnet"]],
-         "cpu_max_vcpus": 32, "gpu_instance_types": ["g5.xlarge"]}))
+         "cpu_max_vcpus": 32, "gpu_instance_types": ["g5.xlarge"], "gpu_placement_group": True}))
     init = terraform(tf_env, "init", "-input=false")
     assert "hashicorp/aws v5.100.0" in init.stdout
     terraform(tf_env, "validate")
@@ -292,6 +292,8 @@ def test_terraform_init_validate_apply_plan_destroy(tf_env, moto):
     assert envs["tftest-gpu-ondemand"]["computeResources"]["type"] == "EC2"
     assert envs["tftest-gpu-ondemand"]["computeResources"]["instanceTypes"] == ["g5.xlarge"]
     assert envs["tftest-cpu-ondemand"]["computeResources"]["maxvCpus"] == 32
+    assert envs["tftest-gpu-ondemand"]["computeResources"]["placementGroup"] == "tftest-gpu"
+    assert "placementGroup" not in envs["tftest-gpu-spot"]["computeResources"]
     single = batch.describe_job_definitions(jobDefinitionName="tftest-single", status="ACTIVE")["jobDefinitions"][0]
     repo = boto(moto, "ecr").describe_repositories(repositoryNames=["tftest"])["repositories"][0]
     props = single["containerProperties"]
@@ -337,7 +339,42 @@ def test_docs_cli_commands_run(cli_infra, moto):
 
 
 # ---------------------------------------------------------------------------------------------------
-# cloud/submit.py: bad input stops before any AWS call
+# cloud/submit.py: the commands its docstring and docs/cloud.md show, and bad input
+
+
+def shown_submit_commands() -> list[str]:
+    """Every `python cloud/submit.py ...` line of the docstring's Run: section and of docs/cloud.md."""
+    from docs.hooks import usage_commands
+
+    lines = usage_commands("cloud/submit.py")
+    text = (ROOT / "docs" / "cloud.md").read_text()
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
+        lines += [line.split(" #")[0].strip() for line in block.replace("\\\n", " ").splitlines()]
+    return [line for line in lines if line.startswith("python cloud/submit.py")]
+
+
+def test_shown_submit_commands_parse_and_pass_the_checks(monkeypatch):
+    commands = shown_submit_commands()
+    assert len(commands) >= 10
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)  # the docs' --track example expects it in the environment
+    for command in commands:
+        # the shell expands $(seq ...) as a user's would
+        words = subprocess.run(["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True, text=True,
+                               check=True).stdout.split("\0")[:-1]
+        assert words[:2] == ["python", "cloud/submit.py"]
+        if "--help" in words:
+            with pytest.raises(SystemExit) as exc:
+                submit.tyro.cli(submit.Command, args=words[2:])
+            assert exc.value.code == 0
+            continue
+        args = submit.tyro.cli(submit.Command, args=words[2:])
+        if isinstance(args, submit.Submit):
+            assert submit.plan_jobs(args), command
+        elif isinstance(args, submit.SubmitMultinode):
+            assert submit.plan_multinode(args)["jobName"], command
+
+
+# bad input stops before any AWS call
 
 
 BAD_INPUTS = [
