@@ -1,0 +1,716 @@
+# docs: docs/rl-algorithms/dqn.md
+"""DQN with the Nature CNN on Atari (default BreakoutNoFrameskip-v4).
+
+Deep Q-Network, Mnih et al. 2015, "Human-level control through deep reinforcement learning",
+https://www.nature.com/articles/nature14236: experience replay, a target network, epsilon-greedy
+exploration, and the Atari preprocessing of that paper (the same environments as ppo_atari.py).
+
+The replay memory stores every 84x84 frame once and rebuilds the 4-frame stacks when it samples
+(`FrameReplayBuffer`): the default 1,000,000 transitions take about 6.7 GiB, all allocated and touched at
+start, instead of about 52.6 GiB for observation and next observation stored as stacks.
+
+Run:
+    python cleanrl/dqn_atari.py --env-id BreakoutNoFrameskip-v4
+    python cleanrl/dqn_atari.py --env-id ALE/Pong-v5 --env-backend gymnasium --capture-video
+    python cleanrl/dqn_atari.py --help
+"""
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import NamedTuple, NoReturn, Optional
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+import tyro
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    # [shared:common-args] source: cleanrl/ppo.py
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, use CUDA when it is available"""
+    track: bool = False
+    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the W&B project name"""
+    wandb_entity: Optional[str] = None
+    """the W&B entity (team); None uses your default entity"""
+    capture_video: bool = False
+    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
+    save_model: bool = False
+    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
+    eval_episodes: int = 10
+    """number of episodes of the evaluation that follows --save-model"""
+    # [/shared:common-args]
+    eval_max_frames: Optional[int] = None
+    """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
+
+    # Algorithm specific arguments
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
+    env_backend: str = "ale-vector"
+    """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
+    total_timesteps: int = 10000000
+    """total environment steps of the experiment (agent steps, summed over all environments; each is 4 frames)"""
+    learning_rate: float = 1e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 1
+    """the number of parallel environments"""
+    buffer_size: int = 1000000
+    """the replay memory holds at least the most recent buffer_size transitions (see FrameReplayBuffer)"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 1.0
+    """the target network update rate: 1.0 copies the Q-network, below 1 is a Polyak average"""
+    target_network_frequency: int = 1000
+    """the number of environment steps between target network updates"""
+    batch_size: int = 32
+    """the number of transitions sampled from the replay memory per gradient step"""
+    start_e: float = 1.0
+    """the starting epsilon of the epsilon-greedy exploration"""
+    end_e: float = 0.01
+    """the final epsilon, reached after exploration_fraction * total_timesteps steps"""
+    exploration_fraction: float = 0.10
+    """the fraction of total_timesteps over which epsilon decays linearly from start_e to end_e"""
+    learning_starts: int = 80000
+    """the number of environment steps collected before learning starts"""
+    train_frequency: int = 4
+    """the number of environment steps between gradient steps"""
+
+
+# [shared:run-setup] source: cleanrl/ppo.py
+def fail(message: str) -> NoReturn:
+    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
+    raise SystemExit(f"error: {message}")
+
+
+def make_probe_env(env_id: str) -> gym.Env:
+    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+
+
+def seed_everything(seed: int, torch_deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+def start_logging(args, run_name: str) -> SummaryWriter:
+    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+    return writer
+# [/shared:run-setup]
+
+
+# [shared:off-policy-checks] source: cleanrl/dqn.py
+def check_off_policy_args(args) -> None:
+    """The step counts of an off-policy run, checked before the run directory exists.
+
+    Steps are counted over all environments; one loop iteration takes num_envs steps, so the periodic
+    events (gradient step, target update) must fall on iteration boundaries to happen when the flags say.
+    """
+    for name in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency", "target_network_frequency"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0 <= args.learning_starts < args.total_timesteps:
+        fail(f"--learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps})")
+    if not 0.0 < args.tau <= 1.0:
+        fail(f"--tau must be in (0, 1], got {args.tau}")
+    for name in ("train_frequency", "target_network_frequency"):
+        if getattr(args, name) % args.num_envs != 0:
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of --num-envs {args.num_envs}")
+    if args.buffer_size < args.num_envs:
+        fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
+# [/shared:off-policy-checks]
+
+
+# [shared:atari-env] source: cleanrl/ppo_atari.py
+# Atari environments with the preprocessing of Mnih et al. 2015 (as in OpenAI Baselines' atari_wrappers):
+# noop reset (up to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84
+# grayscale (cv2 INTER_AREA), a stack of the last 4 frames (zeros before the first), episodic life and
+# sign-clipped rewards for learning. Observations are uint8 (num_envs, 4, 84, 84); scale them in the network.
+gym.register_envs(ale_py)
+ATARI_BACKENDS = ("ale-vector", "gymnasium")
+
+
+def atari_emulator_settings(env_id: str) -> dict:
+    """The emulator settings an Atari id stands for, read from its gymnasium registration.
+
+    Accepted ids: `<Game>NoFrameskip-v4` (repeat_action_probability 0, the setting of the DQN and PPO
+    papers and of CleanRL's benchmarks) and `ALE/<Game>-v5` (sticky actions with p=0.25, Machado et al. 2018).
+    Both use the minimal action set and a limit of 108000 frames (30 minutes) per game. Frame skipping is done
+    by the preprocessing, so ids that skip frames themselves (`Breakout-v4`: random 2-5), v0 ids and RAM-observation
+    variants (`-ram`) are refused, as is anything that is not an ale-py game: one `error:` line, exit 1.
+    """
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+    if spec.entry_point != "ale_py.env:AtariEnv":
+        fail(f"{env_id} is not an Atari game; use an id like BreakoutNoFrameskip-v4 or ALE/Breakout-v5")
+    kwargs = spec.kwargs
+    supported = env_id.endswith("NoFrameskip-v4") or (spec.namespace == "ALE" and spec.version == 5)
+    if not supported or kwargs.get("obs_type", "rgb") != "rgb":
+        fail(f"{env_id} is not supported; use a <Game>NoFrameskip-v4 or ALE/<Game>-v5 id (image observations)")
+    return dict(
+        game=kwargs["game"],
+        repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
+        full_action_space=bool(kwargs.get("full_action_space", False)),
+        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)),
+    )
+
+
+class FireOnReset(gym.Wrapper):
+    """Press FIRE for one emulator frame after each game reset, before the noops, like the native env's
+    use_fire_reset (games such as Breakout wait for FIRE to launch). Sits under the frame skip, so it costs
+    one frame, not four. It acts at game starts only: after a lost life the agent must press FIRE itself."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire_action = meanings.index("FIRE") if "FIRE" in meanings else None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        if self.fire_action is not None:
+            obs, _, terminated, truncated, info = self.env.step(self.fire_action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, noop_max: int, max_frames: int):
+    """Thunk for the gymnasium backend: one whole game per episode (life loss is handled by AtariGameStatistics)."""
+
+    def thunk():
+        settings = atari_emulator_settings(env_id)
+        # frameskip=1: AtariPreprocessing skips frames itself (v5 ids skip 4 by default).
+        kwargs = dict(
+            frameskip=1,
+            repeat_action_probability=settings["repeat_action_probability"],
+            full_action_space=settings["full_action_space"],
+            max_num_frames_per_episode=max_frames,
+        )
+        if capture_video and idx == 0:
+            # The video shows every emulator frame in colour, whole games (all lives).
+            env = gym.make(env_id, render_mode="rgb_array", **kwargs)
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id, **kwargs)
+        env = FireOnReset(env)
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True)
+        # padding_type="zero": the first observation of a game is [0, 0, 0, frame], as in the native env.
+        return gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+
+    return thunk
+
+
+class RecordFirstGameFrames(gym.vector.VectorWrapper):
+    """Video for the ale-vector backend, which renders nothing: the newest 84x84 grayscale frame that env 0's
+    agent observes, one mp4 per whole game on gymnasium's capped cubic schedule (games 0, 1, 8, 27, ..., 1000,
+    2000, ...), at 15 fps (60 Hz / 4-frame skip). Wrap the full-game env (before AtariGameStatistics)."""
+
+    def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
+        super().__init__(env)
+        self.video_folder, self.game_index, self.frames = video_folder, 0, []
+
+    def _add(self, stacked_obs: np.ndarray) -> None:
+        if capped_cubic_video_schedule(self.game_index):
+            self.frames.append(np.repeat(stacked_obs[-1][..., None], 3, axis=-1))
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.frames = []
+        self._add(obs[0])
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if terminated[0] or truncated[0]:
+            self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
+            if self.frames:
+                save_video(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
+            self.game_index, self.frames = self.game_index + 1, []
+        self._add(obs[0])
+        return obs, reward, terminated, truncated, info
+
+
+class AtariGameStatistics(gym.vector.VectorWrapper):
+    """The learning signal and the real score, over a vector env whose episodes are whole games.
+
+    step() returns:
+    - reward: sign(r) in {-1, 0, 1} if clip_rewards (Mnih et al. 2015), else the raw score change.
+    - terminated: game over, or (if terminal_on_life_loss) a life lost on this step. A lost life does not
+      reset the game: the next observation continues it, but nothing is bootstrapped across the lost life
+      (episodic life, Mnih et al. 2015). `info["life_lost"]` marks those steps.
+    - truncated: the game hit its frame limit. Same-step autoreset: at a game end the observation is already
+      the next game's first one and `info["final_obs"]` holds the last one.
+    - info["episode"] = {"r": raw score of the whole game over all lives, "l": its length in agent steps,
+      "t": seconds since the wrapper was made}, with the mask info["_episode"], on the steps where a game
+      ends (the keys of gymnasium's RecordEpisodeStatistics, but counting whole games and unclipped rewards).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, terminal_on_life_loss: bool = True, clip_rewards: bool = True):
+        super().__init__(env)
+        self.terminal_on_life_loss, self.clip_rewards = terminal_on_life_loss, clip_rewards
+        self.start_time = time.perf_counter()
+        self.game_returns = np.zeros(self.num_envs, dtype=np.float64)
+        self.game_lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self.lives = np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.game_returns[:] = 0
+        self.game_lengths[:] = 0
+        self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        raw_reward = np.asarray(reward, dtype=np.float64)
+        self.game_returns += raw_reward
+        self.game_lengths += 1
+        game_over = np.logical_or(terminated, truncated)
+        # at a game end, info["lives"] already belongs to the next game, so only compare within a game
+        lives = np.asarray(info["lives"], dtype=np.int64)
+        life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
+        self.lives = lives.copy()
+        info["life_lost"] = life_lost
+        if game_over.any():
+            info["episode"] = {
+                "r": np.where(game_over, self.game_returns, 0.0),
+                "l": np.where(game_over, self.game_lengths, 0),
+                "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0),
+            }
+            info["_episode"] = game_over
+            self.game_returns[game_over] = 0
+            self.game_lengths[game_over] = 0
+        if self.terminal_on_life_loss:
+            terminated = np.logical_or(terminated, life_lost)
+        if self.clip_rewards:
+            reward = np.sign(raw_reward)
+        return obs, reward.astype(np.float32), terminated, truncated, info
+
+
+def make_atari_envs(
+    env_id: str,
+    num_envs: int,
+    backend: str = "ale-vector",
+    capture_video: bool = False,
+    run_name: str = "",
+    noop_max: int = 30,
+    terminal_on_life_loss: bool = True,
+    clip_rewards: bool = True,
+    max_frames: Optional[int] = None,
+) -> gym.vector.VectorEnv:
+    """Vector env of `num_envs` preprocessed Atari games with same-step autoreset; seed it with reset(seed=s)
+    (env i gets seed s + i). Observations uint8 (num_envs, 4, 84, 84); step() as in AtariGameStatistics.
+
+    backend "ale-vector": ale-py's C++ AtariVectorEnv (threaded, fastest). Its own reward clipping and episodic
+    life are off: its episodic_life resets the whole game at every lost life, so whole-game scores would be lost.
+    backend "gymnasium": FireOnReset, AtariPreprocessing and FrameStackObservation in a SyncVectorEnv (on
+    2 cores the process traffic of AsyncVectorEnv costs more than it saves).
+    The two agree frame for frame except the noop count at reset: native draws 0..noop_max-1 noops from its own
+    RNG (one fewer when it pressed FIRE), gymnasium 1..noop_max from the env's np_random.
+    capture_video records env 0 to videos/{run_name}: colour frames of whole games with the gymnasium backend,
+    the agent's 84x84 grayscale frames with ale-vector. max_frames overrides the id's frame limit per game.
+    """
+    if backend not in ATARI_BACKENDS:
+        fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+    settings = atari_emulator_settings(env_id)
+    max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
+    if backend == "ale-vector":
+        envs = AtariVectorEnv(
+            settings["game"],
+            num_envs,
+            repeat_action_probability=settings["repeat_action_probability"],
+            full_action_space=settings["full_action_space"],
+            max_num_frames_per_episode=max_frames,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            img_height=84,
+            img_width=84,
+            grayscale=True,
+            stack_num=4,
+            frameskip=4,
+            maxpool=True,
+            noop_max=noop_max,
+            use_fire_reset=True,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
+        )
+        if capture_video:
+            envs = RecordFirstGameFrames(envs, f"videos/{run_name}")
+    else:
+        envs = gym.vector.SyncVectorEnv(
+            [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+# [/shared:atari-env]
+
+
+class QNetwork(nn.Module):
+    """The Nature CNN of Mnih et al. 2015 with one Q-value per action."""
+
+    def __init__(self, n_actions: int):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),  # (batch, 64 * 7 * 7)
+            nn.Linear(64 * 7 * 7, 512),
+            nn.ReLU(),
+            nn.Linear(512, n_actions),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(x / 255.0)  # uint8 frames in [0, 255] -> floats in [0, 1]
+
+
+# [shared:atari-replay-buffer] source: cleanrl/dqn_atari.py
+class ReplayBufferSamples(NamedTuple):
+    observations: torch.Tensor  # (batch, stack, H, W) uint8
+    actions: torch.Tensor  # (batch, *action_shape), the action space's dtype (int64 for Discrete)
+    next_observations: torch.Tensor  # (batch, stack, H, W) uint8, the true successor (final_obs at a game end)
+    rewards: torch.Tensor  # (batch,) float32
+    terminations: torch.Tensor  # (batch,) float32: 1 when the successor is terminal (game over or lost life)
+
+
+class FrameReplayBuffer:
+    """Replay memory for frame-stacked observations that stores every frame once.
+
+    An observation is a stack of the last `stack` frames (4 x 84 x 84 uint8). Consecutive observations of
+    one env share all but one frame, so each env keeps a ring of single frames and a stack is rebuilt at
+    sample time as `stack` consecutive slots. A transition lives in the slot of its observation's newest
+    frame s: its observation is frames[s - stack + 1 .. s], its next observation frames[s - stack + 2 .. s + 1].
+
+    What is stored per step, for each env:
+    - If the observation continues the ring (it equals the stack ending at the newest stored frame, as
+      after every ordinary step and after a lost life, where the game goes on), nothing new is written for it.
+      Otherwise (the first step, or the first observation of a new game after an autoreset) all `stack`
+      frames of the observation are written as they are, padding included. So a sampled stack is exactly the
+      stack the agent saw, whatever padding the frame stack uses (zeros for these envs), and no stack mixes
+      frames of two games: the frames before a new game's first observation are its own padding frames.
+    - The newest frame of the next observation, written to slot s + 1. At a game end that is the newest frame
+      of the true final observation (info["final_obs"]), so truncated games bootstrap from their real last
+      state; the next observation must continue the observation's stack (checked, ValueError otherwise).
+    A slot is sampled only if `valid`: it holds a transition whose frames s - stack + 1 .. s + 1 are all
+    still in the ring. Writing slot w clears valid at w (a new frame, no transition yet) and at w + stack - 1,
+    the oldest slot whose stack would now reach across the write head into the newest frame.
+
+    Capacity: each env's ring has ceil(buffer_size / num_envs) * (1 + 1/64) + stack frame slots. A game
+    costs `stack` frames beyond its transitions (stack - 1 padding frames, 1 final frame), so the memory holds
+    at least buffer_size transitions while games average 256 steps or more (random Breakout games are about
+    180 steps: about 99.3%). Footprint per slot: the frame (84 * 84 = 7056 bytes) + action (8) + reward (4) +
+    termination (4) + valid (1) = 7073 bytes; the default 1,000,000 transitions with one env:
+    1,015,629 slots = 7.18e9 bytes = 6.69 GiB. Storing the observation and next observation as stacks
+    (2 * 4 * 7056 bytes per transition) would take 52.6 GiB.
+    With touch=True every page is written at construction, so the memory is resident (and an out-of-memory
+    error happens) at start rather than hours into a run; np.zeros alone maps pages lazily.
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        num_envs: int,
+        device: torch.device,
+        seed: int,
+        touch: bool = True,
+    ):
+        self.stack = observation_space.shape[0]
+        per_env = -(-buffer_size // num_envs)
+        self.capacity = per_env + per_env // 64 + self.stack  # frame slots per env
+        self.num_envs = num_envs
+        self.device = device
+        self.rng = np.random.default_rng(seed)
+        self.frames = np.zeros((num_envs, self.capacity, *observation_space.shape[1:]), dtype=observation_space.dtype)
+        self.actions = np.zeros((num_envs, self.capacity, *action_space.shape), dtype=action_space.dtype)
+        self.rewards = np.zeros((num_envs, self.capacity), dtype=np.float32)
+        self.terminations = np.zeros((num_envs, self.capacity), dtype=np.float32)
+        self.valid = np.zeros((num_envs, self.capacity), dtype=bool)
+        self.newest = np.full(num_envs, -1, dtype=np.int64)  # slot of each env's newest frame
+        self.written = np.zeros(num_envs, dtype=np.int64)  # frames written so far per env
+        if touch:
+            for array in (self.frames, self.actions, self.rewards, self.terminations, self.valid):
+                array.fill(0)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.terminations, self.valid))
+
+    def __len__(self) -> int:
+        """The number of transitions that can be sampled."""
+        return int(self.valid.sum())
+
+    def _write_frame(self, env: int, frame: np.ndarray) -> int:
+        slot = (self.newest[env] + 1) % self.capacity
+        self.frames[env, slot] = frame
+        self.valid[env, slot] = False
+        self.valid[env, (slot + self.stack - 1) % self.capacity] = False
+        self.newest[env] = slot
+        self.written[env] += 1
+        return slot
+
+    def _stack_slots(self, slots: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        return (slots[:, None] + offsets[None, :]) % self.capacity
+
+    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminations: np.ndarray) -> None:
+        """Store one step of every env: obs and next_obs (num_envs, stack, H, W), the others (num_envs,)."""
+        stack_offsets = np.arange(-self.stack + 1, 1)
+        for env in range(self.num_envs):
+            newest = self.newest[env]
+            continues = self.written[env] >= self.stack and np.array_equal(
+                self.frames[env, self._stack_slots(np.array([newest]), stack_offsets)[0]], obs[env]
+            )
+            if not continues:
+                for frame in obs[env]:
+                    self._write_frame(env, frame)
+            if not np.array_equal(next_obs[env][:-1], obs[env][1:]):
+                raise ValueError("the next observation does not continue the observation's frame stack")
+            slot = self.newest[env]
+            self._write_frame(env, next_obs[env][-1])
+            self.actions[env, slot] = actions[env]
+            self.rewards[env, slot] = rewards[env]
+            self.terminations[env, slot] = terminations[env]
+            self.valid[env, slot] = True
+
+    def sample(self, batch_size: int) -> ReplayBufferSamples:
+        """`batch_size` transitions drawn uniformly with replacement among the valid slots, as tensors."""
+        if not self.valid.any():
+            raise ValueError("the replay memory holds no complete transition yet")
+        envs, slots = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        filled = np.minimum(self.written, self.capacity)
+        # rejection sampling: almost every written slot is valid, so a round or two suffices
+        while len(slots) < batch_size:
+            e = self.rng.integers(0, self.num_envs, size=2 * batch_size)
+            s = (self.rng.random(2 * batch_size) * filled[e]).astype(np.int64)
+            keep = self.valid[e, s]
+            envs, slots = np.concatenate([envs, e[keep]]), np.concatenate([slots, s[keep]])
+        return self.transitions(envs[:batch_size], slots[:batch_size])
+
+    def transitions(self, envs: np.ndarray, slots: np.ndarray) -> ReplayBufferSamples:
+        """The transitions stored in the given (env, slot) pairs, stacks rebuilt from the frame rings."""
+        window = self.frames[envs[:, None], self._stack_slots(slots, np.arange(-self.stack + 1, 2))]
+        # window: (batch, stack + 1, H, W); the observation is its first `stack` frames, the next its last
+
+        def to_tensor(a: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
+
+        return ReplayBufferSamples(
+            to_tensor(window[:, :-1]),
+            to_tensor(self.actions[envs, slots]),
+            to_tensor(window[:, 1:]),
+            to_tensor(self.rewards[envs, slots]),
+            to_tensor(self.terminations[envs, slots]),
+        )
+
+
+def atari_true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The successor of every env's observation (AtariGameStatistics envs, same-step autoreset).
+
+    After a lost life the game goes on, so next_obs is the successor. When a game ended this step (marked by
+    info["_episode"]), next_obs is already the next game's first observation and the true last observation
+    is info["final_obs"] (a dense array on the ale-vector backend, an object array on gymnasium).
+    """
+    real_next_obs = next_obs.copy()
+    if "_episode" in infos:
+        game_over = np.asarray(infos["_episode"], dtype=bool)
+        real_next_obs[game_over] = np.stack(list(infos["final_obs"][game_over]))
+    return real_next_obs
+# [/shared:atari-replay-buffer]
+
+
+# [shared:value-based-helpers] source: cleanrl/dqn.py
+def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
+    """Epsilon at step t: linear from start_e at t=0 to end_e at t=duration, then constant."""
+    if duration <= 0:
+        return end_e
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e) if end_e <= start_e else min(slope * t + start_e, end_e)
+
+
+def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """theta_target <- tau * theta + (1 - tau) * theta_target; tau = 1 is the hard copy of Mnih et al. 2015."""
+    with torch.no_grad():
+        for target_param, param in zip(target.parameters(), online.parameters()):
+            target_param.copy_(tau * param + (1.0 - tau) * target_param)
+
+
+def epsilon_greedy(q_values: torch.Tensor, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Per env: a uniformly random action with probability epsilon, else argmax_a Q(s, a)."""
+    greedy = q_values.argmax(dim=1).cpu().numpy()
+    n_envs, n_actions = q_values.shape
+    explore = rng.random(n_envs) < epsilon
+    return np.where(explore, rng.integers(0, n_actions, size=n_envs), greedy)
+# [/shared:value-based-helpers]
+
+
+def td_target(rewards: torch.Tensor, next_q_target: torch.Tensor, terminations: torch.Tensor, gamma: float) -> torch.Tensor:
+    """y = r + gamma * max_a' Q_target(s', a') * (1 - terminated), Mnih et al. 2015 (Algorithm 1)."""
+    return rewards + gamma * next_q_target.max(dim=1).values * (1.0 - terminations)
+
+
+def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.device, epsilon: float = 0.05) -> list[float]:
+    """Real game scores of args.eval_episodes whole games, epsilon-greedy with epsilon 0.05 (Mnih et al. 2015).
+
+    A little randomness keeps a greedy policy from getting stuck (e.g. never pressing FIRE after a lost life
+    in Breakout), which would make a game last until the frame limit.
+    """
+    envs = make_atari_envs(
+        args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
+    )
+    rng = np.random.default_rng(args.seed + 10_000)
+    obs, _ = envs.reset(seed=args.seed + 10_000)
+    returns = []
+    while len(returns) < args.eval_episodes:
+        with torch.no_grad():
+            q_values = q_network(torch.as_tensor(obs, device=device))
+        obs, _, _, _, infos = envs.step(epsilon_greedy(q_values, epsilon, rng))
+        if "episode" in infos:
+            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
+    envs.close()
+    return returns[: args.eval_episodes]
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    # Everything that can be wrong with the input is checked before the run directory exists.
+    check_off_policy_args(args)
+    if args.eval_episodes < 1:
+        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
+    if args.eval_max_frames is not None and args.eval_max_frames < 1:
+        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    atari_emulator_settings(args.env_id)
+    if args.env_backend not in ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+    # ALE/ ids would make a nested run directory
+    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    writer = start_logging(args, run_name)
+
+    seed_everything(args.seed, args.torch_deterministic)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        # one intra-op thread: measured faster for batch-32 CNN steps while the other core runs the emulator
+        torch.set_num_threads(1)
+
+    # env setup: sign-clipped rewards, a lost life terminates (nothing bootstraps across it), whole-game scores
+    envs = make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run_name)
+    n_actions = int(envs.single_action_space.n)
+    q_network = QNetwork(n_actions).to(device)
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    target_network = QNetwork(n_actions).to(device)
+    target_network.load_state_dict(q_network.state_dict())
+
+    # storage: every frame once, allocated and touched now (see FrameReplayBuffer for the footprint)
+    rb = FrameReplayBuffer(
+        args.buffer_size, envs.single_observation_space, envs.single_action_space, args.num_envs, device, args.seed
+    )
+    print(f"replay memory: {rb.nbytes / 2**30:.2f} GiB for {args.buffer_size} transitions")
+    action_rng = np.random.default_rng(args.seed)
+
+    num_iterations = args.total_timesteps // args.num_envs
+    exploration_steps = int(args.exploration_fraction * args.total_timesteps)
+    target_updates = 0
+    start_time = time.time()
+    obs, _ = envs.reset(seed=args.seed)
+    for iteration in range(1, num_iterations + 1):
+        # act: global_step counts the environment steps taken so far, this one included
+        global_step = iteration * args.num_envs
+        epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step - args.num_envs)
+        with torch.no_grad():
+            q_values = q_network(torch.as_tensor(obs, device=device))
+        actions = epsilon_greedy(q_values, epsilon, action_rng)
+
+        # step
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        if "episode" in infos:
+            # whole games, real (unclipped) score over all lives
+            for i in np.flatnonzero(infos["_episode"]):
+                writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+                writer.add_scalar("charts/epsilon", epsilon, global_step)
+
+        # store: the successor of a finished game is its final observation; only termination (game over or a
+        # lost life) stops the bootstrap, so a game cut at the frame limit is stored with terminated = 0.
+        rb.add(obs, atari_true_next_obs(next_obs, infos), actions, rewards, terminations)
+        obs = next_obs
+
+        # learn
+        if global_step > args.learning_starts:
+            if global_step % args.train_frequency == 0:
+                data = rb.sample(args.batch_size)
+                with torch.no_grad():
+                    next_q_target = target_network(data.next_observations)
+                    td_y = td_target(data.rewards, next_q_target, data.terminations, args.gamma)
+                old_val = q_network(data.observations).gather(1, data.actions.long().view(-1, 1)).squeeze(1)
+                loss = F.mse_loss(td_y, old_val)
+
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+                if global_step % 100 == 0:
+                    writer.add_scalar("losses/td_loss", loss.item(), global_step)
+                    writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
+                    sps = int(global_step / (time.time() - start_time))
+                    writer.add_scalar("charts/SPS", sps, global_step)
+                    print(f"global_step={global_step}, SPS={sps}")
+
+            if global_step % args.target_network_frequency == 0:
+                update_target(target_network, q_network, args.tau)
+                target_updates += 1
+                writer.add_scalar("charts/target_updates", target_updates, global_step)
+
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        torch.save(q_network.state_dict(), model_path)
+        print(f"model saved to {model_path}")
+        episodic_returns = evaluate(q_network, args, run_name, device)
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
+
+    envs.close()
+    writer.close()

@@ -1,0 +1,65 @@
+"""cleanrl/c51_atari.py end to end: the categorical Nature CNN learns from the frame replay memory, target updates."""
+
+import pytest
+
+from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir, values
+
+# 400 agent steps, learning from step 101 with a gradient step every 4 (75 steps of batch 8), a target update
+# every 100 steps (at 200, 300, 400), losses logged every 100 steps (at 200, 300, 400). A buffer of 300
+# transitions wraps before the end.
+TINY = [
+    "--total-timesteps", "400",
+    "--learning-starts", "100",
+    "--buffer-size", "300",
+    "--batch-size", "8",
+    "--target-network-frequency", "100",
+]
+
+
+def test_end_to_end_learns_updates_the_target_and_evaluates(workdir):
+    run_script(
+        "c51_atari.py", *TINY, "--save-model", "--eval-episodes", "1", "--eval-max-frames", "400",
+        "--capture-video", "--track", cwd=workdir,
+    )
+    run_dir = single_run_dir(workdir)
+    scalars = read_scalars(run_dir)
+    assert [s for s, _ in scalars["losses/loss"]] == [200, 300, 400]
+    assert len(values(scalars, "losses/q_values")) == 3 and len(values(scalars, "charts/SPS")) == 3
+    assert scalars["charts/target_updates"] == [(200, 1.0), (300, 2.0), (400, 3.0)]
+    assert len(values(scalars, "eval/episodic_return")) == 1
+    assert (run_dir / "c51_atari.cleanrl_model").stat().st_size > 0
+    assert list((workdir / "wandb").glob("offline-run-*")), "no offline W&B run was written"
+    assert list((workdir / "videos").rglob("*.mp4")), "no video was written"
+
+
+def test_games_are_logged_with_real_scores_and_epsilon(workdir):
+    # epsilon decays linearly over all 600 steps: the step-s action uses 1 - 0.99 * (s - 1) / 600
+    run_script(
+        "c51_atari.py", "--total-timesteps", "600", "--learning-starts", "599", "--buffer-size", "64",
+        "--exploration-fraction", "1.0", cwd=workdir,
+    )
+    scalars = read_scalars(single_run_dir(workdir))
+    returns, lengths = values(scalars, "charts/episodic_return"), values(scalars, "charts/episodic_length")
+    assert len(returns) >= 2 and len(returns) == len(lengths)
+    assert all(r >= 0 and r == int(r) for r in returns)  # Breakout scores of whole games
+    assert sum(lengths) <= 600 and all(length > 5 * 10 for length in lengths)  # 5 lives per game
+    for step, eps in scalars["charts/epsilon"]:
+        assert eps == pytest.approx(1 - 0.99 * (step - 1) / 600)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env-id", "CartPole-v1"], "not an Atari game"),
+        (["--env-backend", "envpool"], "env-backend"),
+        (["--learning-starts", "500", "--total-timesteps", "500"], "learning-starts"),
+        (["--batch-size", "0"], "batch-size"),
+        (["--v-min", "1", "--v-max", "1"], "v-min"),
+    ],
+)
+def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
+    proc = run_script("c51_atari.py", *args, cwd=workdir, check=False)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last
+    assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
