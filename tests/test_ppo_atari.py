@@ -122,8 +122,9 @@ def test_derived_sizes_are_checked():
 
 @pytest.mark.slow
 def test_learns_breakout(workdir):
-    # CleanRL's ppo_atari reaches a Breakout score of ~400 after 10M steps; on 2 CPU cores (~200 SPS) this
-    # test only checks clear progress over a random policy (~1.5 points per game) after 500k steps (~1 h).
-    run_script("ppo_atari.py", "--total-timesteps", "500000", cwd=workdir, timeout=3 * 3600)
+    # CleanRL's ppo_atari reaches a Breakout score of ~400 after 10M steps. On 2 CPU cores (~200 SPS idle) this
+    # only checks clear progress over a random policy (~1-2 points per game) after 1M steps (about 1.5 h).
+    # Not yet run to completion on this machine: the threshold is an estimate from published learning curves.
+    run_script("ppo_atari.py", "--total-timesteps", "1000000", cwd=workdir, timeout=4 * 3600)
     returns = values(read_scalars(single_run_dir(workdir)), "charts/episodic_return")
     assert np.mean(returns[-20:]) >= 10, returns[-20:]
