@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from cleanrl.ppo_atari_multigpu import mean_over_ranks, normalize_advantages, stop_early
+from cleanrl.ppo_atari_multigpu import (
+    Args,
+    derive_sizes,
+    distributed_env,
+    mean_over_ranks,
+    normalize_advantages,
+    stop_early,
+)
 from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir, values
 
 SCRIPT = "ppo_atari_multigpu.py"
@@ -65,6 +72,26 @@ def test_normalize_advantages_in_one_process_is_the_plain_formula():
     # mean 2.5, unbiased std sqrt((2.25 + 0.25 + 0.25 + 2.25) / 3) = sqrt(5/3) = 1.2909944
     expected = torch.tensor([-1.5, -0.5, 0.5, 1.5]) / (1.2909944 + 1e-8)
     torch.testing.assert_close(normalize_advantages(adv, world_size=1), expected)
+
+
+def test_sizes_split_over_ranks():
+    # the two-machine example of the docs: 32 envs on 2 x 4 ranks, 128 steps, 4 minibatches, 100M steps
+    args = Args(num_envs=32, num_steps=128, num_minibatches=4, total_timesteps=100_000_000)
+    # 4 envs per rank; a rank holds 4 x 128 = 512 of the global 4096; minibatch 512 / 4 = 128 per rank;
+    # iterations 100M // 4096 = 24414
+    assert derive_sizes(args, world_size=8) == (4, 512, 128, 24414)
+    # one process: the sizes of ppo_atari.py
+    assert derive_sizes(args, world_size=1) == (32, 4096, 1024, 24414)
+
+
+def test_rank_comes_from_rank_not_local_rank(monkeypatch):
+    # the second process on the second machine of a 2 x 4 job
+    for k, v in dict(RANK="5", LOCAL_RANK="1", GROUP_RANK="1", WORLD_SIZE="8").items():
+        monkeypatch.setenv(k, v)
+    assert distributed_env() == (5, 1, 1, 8)
+    monkeypatch.setenv("RANK", "8")
+    with pytest.raises(SystemExit, match="inconsistent"):
+        distributed_env()
 
 
 def test_stop_early_and_mean_in_one_process():
