@@ -76,7 +76,7 @@ class Args:
     learning_starts: int = 5000
     """environment steps of uniform random actions before learning starts"""
     policy_frequency: int = 2
-    """every this many critic updates the actor (and alpha) take policy_frequency steps at once (delayed, compensated)"""
+    """every this many critic updates, the actor (and alpha) take this many steps (delayed, compensated)"""
     target_network_frequency: int = 1
     """the target critics are updated every this many critic updates"""
     alpha: float = 0.2
@@ -450,12 +450,9 @@ if __name__ == "__main__":
                 # soft Bellman target with V(s') = min_i Q'_i(s', a') - alpha log pi(a'|s'), a' ~ pi(.|s') fresh
                 # (Haarnoja et al. 2018, Sec. 4.2; clipped double Q from Fujimoto et al. 2018); no bootstrap
                 # from a terminal state
-                next_q = (
-                    torch.min(
-                        qf1_target(data.next_observations, next_actions), qf2_target(data.next_observations, next_actions)
-                    )
-                    - alpha * next_log_pi
-                )
+                qf1_next = qf1_target(data.next_observations, next_actions)
+                qf2_next = qf2_target(data.next_observations, next_actions)
+                next_q = torch.min(qf1_next, qf2_next) - alpha * next_log_pi
                 next_q_value = data.rewards + args.gamma * (1.0 - data.terminations) * next_q
             qf1_a_values = qf1(data.observations, data.actions)
             qf2_a_values = qf2(data.observations, data.actions)
@@ -470,22 +467,29 @@ if __name__ == "__main__":
             # delayed policy updates as in TD3, compensated: policy_frequency actor steps every policy_frequency
             # critic steps, so actor and critic take the same number of gradient steps (as CleanRL does)
             if iteration % args.policy_frequency == 0:
+                # the critics only pass gradients through to the actor here: freezing their weights skips
+                # their gradient matmuls (same result, the critics' grads are reset before their next step)
+                qf1.requires_grad_(False)
+                qf2.requires_grad_(False)
                 for _ in range(args.policy_frequency):
                     pi, log_pi = actor.get_action(data.observations)
                     min_qf_pi = torch.min(qf1(data.observations, pi), qf2(data.observations, pi))
-                    actor_loss = (alpha * log_pi - min_qf_pi).mean()  # reparameterized J_pi, Sec. 4.2, Haarnoja et al. 2018
+                    # reparameterized J_pi, Sec. 4.2, Haarnoja et al. 2018
+                    actor_loss = (alpha * log_pi - min_qf_pi).mean()
                     actor_optimizer.zero_grad()
                     actor_loss.backward()
                     actor_optimizer.step()
 
                     if args.autotune:
-                        # J(alpha) = E[-alpha (log pi + target_entropy)], Sec. 5, Haarnoja et al. 2018b, on the log-probs of the actions just sampled (as the
-                        # authors' code does; CleanRL samples the updated policy once more)
+                        # J(alpha) = E[-alpha (log pi + target_entropy)], Sec. 5, Haarnoja et al. 2018b, on the
+                        # log-probs of the actions just sampled (as the authors' code does; CleanRL samples again)
                         alpha_loss = (-log_alpha.exp() * (log_pi.detach() + target_entropy)).mean()
                         a_optimizer.zero_grad()
                         alpha_loss.backward()
                         a_optimizer.step()
                         alpha = log_alpha.exp().detach()
+                qf1.requires_grad_(True)
+                qf2.requires_grad_(True)
 
             if iteration % args.target_network_frequency == 0:
                 soft_update(qf1_target, qf1, args.tau)

@@ -333,7 +333,9 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 
 
 # [shared:gaussian-exploration] source: cleanrl/ddpg_continuous_action.py
-def exploration_actions(actions: torch.Tensor, noise: torch.Tensor, exploration_noise: float, actor: Actor) -> torch.Tensor:
+def exploration_actions(
+    actions: torch.Tensor, noise: torch.Tensor, exploration_noise: float, actor: Actor
+) -> torch.Tensor:
     """a = clip(mu(s) + exploration_noise * scale * noise, low, high), noise ~ N(0, I) (Fujimoto et al. 2018)."""
     low, high = actor.action_bias - actor.action_scale, actor.action_bias + actor.action_scale
     return torch.clamp(actions + exploration_noise * actor.action_scale * noise, low, high)
@@ -447,10 +449,14 @@ if __name__ == "__main__":
 
             # delayed policy updates: the actor (on Q1 only) and all targets move every policy_frequency steps
             if iteration % args.policy_frequency == 0:
+                # the critic only passes gradients through to the actor here: freezing its weights skips
+                # their gradient matmuls (same result, the critic's grads are reset before its next step)
+                qf1.requires_grad_(False)
                 actor_loss = -qf1(data.observations, actor(data.observations)).mean()
                 actor_optimizer.zero_grad()
                 actor_loss.backward()
                 actor_optimizer.step()
+                qf1.requires_grad_(True)
 
                 soft_update(target_actor, actor, args.tau)
                 soft_update(qf1_target, qf1, args.tau)

@@ -53,7 +53,8 @@ def test_exploration_noise_is_scaled_by_the_half_range_and_clipped_to_the_bounds
     actor = Actor(3, np.array([0.0, -2.0]), np.array([1.0, 2.0]))  # scale (0.5, 2), bias (0.5, 0)
     mu = torch.tensor([[0.5, 0.0], [0.9, 1.9]])
     noise = torch.tensor([[1.0, -1.0], [10.0, 10.0]])
-    # by hand, sigma = 0.1: row 0: 0.5 + 0.1*0.5*1 = 0.55, 0 + 0.1*2*-1 = -0.2; row 1: 0.9 + 0.5 -> 1 (clip), 1.9 + 2 -> 2
+    # by hand, sigma = 0.1: row 0: 0.5 + 0.1*0.5*1 = 0.55, 0 + 0.1*2*-1 = -0.2
+    # row 1: 0.9 + 0.1*0.5*10 = 1.4 -> 1 (clip), 1.9 + 0.1*2*10 = 3.9 -> 2 (clip)
     out = exploration_actions(mu, noise, 0.1, actor)
     torch.testing.assert_close(out, torch.tensor([[0.55, -0.2], [1.0, 2.0]]))
 

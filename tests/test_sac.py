@@ -47,8 +47,8 @@ def test_log_prob_against_a_numerical_reference_from_the_cdf():
     bias = torch.tensor([0.0, 1.0, -0.5], dtype=torch.float64)
     a = torch.tanh(u) * scale + bias
     reference = sum(
-        numerical_log_density(a[0, i].item(), mean[0, i].item(), log_std[0, i].exp().item(), scale[i].item(), bias[i].item())
-        for i in range(3)
+        numerical_log_density(a[0, i].item(), mean[0, i].item(), log_std[0, i].exp().item(), scale[i].item(), b.item())
+        for i, b in enumerate(bias)
     )
     got = squashed_gaussian_log_prob(u, mean, log_std, scale)
     assert got.shape == (1,)
@@ -82,4 +82,5 @@ def test_sampled_actions_and_log_probs_match_the_helper_and_the_bounds():
     torch.testing.assert_close(actions, torch.tanh(u) * actor.action_scale + actor.action_bias)
     torch.testing.assert_close(log_probs, squashed_gaussian_log_prob(u, mean, log_std, actor.action_scale))
     # the deterministic action is the squashed mean
-    torch.testing.assert_close(actor.deterministic_action(obs), torch.tanh(mean) * actor.action_scale + actor.action_bias)
+    squashed_mean = torch.tanh(mean) * actor.action_scale + actor.action_bias
+    torch.testing.assert_close(actor.deterministic_action(obs), squashed_mean)
