@@ -676,6 +676,7 @@ if __name__ == "__main__":
 
         # global_step counts the environment steps of ALL ranks, which step in lockstep
         global_step = 0
+        rank_games = 0  # games finished on this rank's envs, for the last line it prints
         start_time = time.time()
         next_obs, _ = envs.reset(seed=env_seed)
         envs.action_space.seed(env_seed)
@@ -721,6 +722,7 @@ if __name__ == "__main__":
                         episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
 
             # the games of all ranks, logged by rank 0 (one collective per rollout, not per step)
+            rank_games += len(episodes)
             episodes = gather_episodes(episodes, world_size)
             if rank == 0:
                 for episode_step, episodic_return, episodic_length in episodes:
@@ -840,7 +842,8 @@ if __name__ == "__main__":
             print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
 
         # one line per rank: equal checksums on all ranks mean the replicas never drifted apart
-        print(f"rank {rank}/{world_size}: parameter checksum {parameter_checksum(agent)}", flush=True)
+        checksum = parameter_checksum(agent)
+        print(f"rank {rank}/{world_size}: {rank_games} games finished, parameter checksum {checksum}", flush=True)
         envs.close()
         if writer is not None:
             writer.close()

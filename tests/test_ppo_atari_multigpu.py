@@ -38,7 +38,7 @@ LOSS_KEYS = [
 # 4 envs x 16 steps = a global batch of 64; 192 steps = 3 iterations, each with 2 epochs x 2 minibatches
 TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2"]
 TIMEOUT = 240  # seconds for one launch; a hang in a collective runs into it instead of blocking the suite
-CHECKSUM = re.compile(r"rank (\d+)/(\d+): parameter checksum ([0-9a-f]{64})")
+CHECKSUM = re.compile(r"rank (\d+)/(\d+): (\d+) games finished, parameter checksum ([0-9a-f]{64})")
 START = re.compile(
     r"rank (\d+)/(\d+) \(node (\d+), local rank (\d+)\) on cpu with gloo: (\d+) envs, env seeds (\d+)\.\.(\d+)"
 )
@@ -60,8 +60,12 @@ def standalone(nproc: int) -> list[str]:
 
 
 def checksums(output: str) -> dict[int, str]:
-    found = {int(rank): digest for rank, _, digest in CHECKSUM.findall(output)}
-    return found
+    """{rank: checksum of its parameters} from the last line every rank prints."""
+    return {int(rank): digest for rank, _, _, digest in CHECKSUM.findall(output)}
+
+
+def games_finished(output: str) -> dict[int, int]:
+    return {int(rank): int(games) for rank, _, games, _ in CHECKSUM.findall(output)}
 
 
 # ---- the helpers in a single process (world size 1 must be the plain single-process math) ----
@@ -161,25 +165,32 @@ def test_plain_python_is_ppo_atari(workdir):
 
 
 def test_two_ranks_end_to_end_identical_parameters_and_rank0_logs_only(workdir):
+    # 1 env per rank for 5 iterations of 64 steps: long enough for random Breakout games to end on both ranks.
     # --save-model: rank 0 alone saves and evaluates (one game cut at 400 frames keeps it short)
-    args = [*TINY, "--total-timesteps", "192", "--save-model", "--eval-episodes", "1", "--eval-max-frames", "400"]
+    args = ["--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "2"]
+    args += ["--total-timesteps", "640", "--save-model", "--eval-episodes", "1", "--eval-max-frames", "400"]
     proc = run_script(SCRIPT, *args, cwd=workdir, launcher=standalone(2), timeout=TIMEOUT + 30)
     sums = checksums(proc.stdout)
     assert set(sums) == {0, 1}, proc.stdout
     assert sums[0] == sums[1], "the replicas drifted apart"
     starts = {int(m[0]): m for m in START.findall(proc.stdout)}
     assert set(starts) == {0, 1}
-    # 2 envs per rank, seeded 1..2 on rank 0 and 3..4 on rank 1
-    assert [(starts[r][4], starts[r][5], starts[r][6]) for r in (0, 1)] == [("2", "1", "2"), ("2", "3", "4")]
+    # 1 env per rank, seeded 1 on rank 0 and 2 on rank 1
+    assert [(starts[r][4], starts[r][5], starts[r][6]) for r in (0, 1)] == [("1", "1", "1"), ("1", "2", "2")]
 
     run_dir = single_run_dir(workdir)
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1, "only rank 0 may write an event file"
     scalars = read_scalars(run_dir)
     for key in LOSS_KEYS + ["charts/SPS", "charts/learning_rate", "charts/update_epochs"]:
-        # global steps: each iteration adds num_envs (all ranks) x num_steps = 64
-        assert [s for s, _ in scalars.get(key, [])] == [64, 128, 192], key
-    assert values(scalars, "charts/update_epochs") == [2, 2, 2]
-    assert values(scalars, "charts/learning_rate") == pytest.approx([2.5e-4, 2.5e-4 * 2 / 3, 2.5e-4 / 3])
+        # global steps: each iteration adds num_envs (all ranks) x num_steps = 128
+        assert [s for s, _ in scalars.get(key, [])] == [128, 256, 384, 512, 640], key
+    assert values(scalars, "charts/update_epochs") == [2] * 5
+    assert values(scalars, "charts/learning_rate") == pytest.approx([2.5e-4 * k / 5 for k in (5, 4, 3, 2, 1)])
+    # rank 0 logged the games of both ranks
+    games = games_finished(proc.stdout)
+    assert games[0] >= 1 and games[1] >= 1, games
+    assert len(values(scalars, "charts/episodic_return")) == games[0] + games[1]
+    assert len(values(scalars, "charts/episodic_length")) == games[0] + games[1]
     assert len(values(scalars, "eval/episodic_return")) == 1
     assert [p.name for p in run_dir.glob("*.cleanrl_model")] == ["ppo_atari_multigpu.cleanrl_model"]
 
