@@ -790,9 +790,9 @@ if __name__ == "__main__":
 
                     optimizer.zero_grad()
                     loss.backward()
-                    # The one distributed step of the update: average the gradients over ranks with one flat
-                    # all-reduce, so every rank clips and steps with the gradient of the whole global minibatch
-                    # and the replicas stay identical (see all_reduce_gradients).
+                    # Average the gradients over ranks with one flat all-reduce: every rank then clips and steps
+                    # with the gradient of the whole global minibatch, so the replicas stay identical (see
+                    # all_reduce_gradients).
                     all_reduce_gradients(list(agent.parameters()), world_size)
                     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                     optimizer.step()
