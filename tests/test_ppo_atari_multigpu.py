@@ -2,14 +2,13 @@
 
 Every multi-process test launches real `torchrun` (python -m torch.distributed.run) subprocesses,
 bounded by `timeout`, with budgets that reach several learning updates. The Nature CNN is slow on
-2 CPU cores, so the budgets are tiny: 4 envs in total, 16 steps, 2 minibatches, 2 epochs.
+2 CPU cores, so the budgets are tiny (e.g. 4 envs in total, 16 steps, 2 minibatches, 2 epochs).
 """
 
 import re
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
