@@ -11,6 +11,10 @@ from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir, va
 # 2000 steps, learning from step 501, a gradient step every 10, a target update every 500 steps, losses logged
 # every 100 steps: gradient steps at 510..2000 (150), target updates at 1000, 1500, 2000.
 E2E = ["--total-timesteps", "2000", "--learning-starts", "500", "--target-network-frequency", "500", "--batch-size", "32"]
+# The learning test's budget: 120k steps, epsilon 1 -> 0.05 over the first 30k, learning from step 5001 with a
+# gradient step every 4 steps (the other flags are the defaults). Seed 1 on this machine: mean 429.25 over the
+# last 20 episodes (the defaults, 500k steps, gave 479.4).
+LEARN = ["--total-timesteps", "120000", "--exploration-fraction", "0.25", "--learning-starts", "5000", "--train-frequency", "4"]
 
 
 def test_linear_schedule_by_hand():
@@ -52,7 +56,7 @@ def test_epsilon_greedy_extremes_and_rate():
 
 
 def test_end_to_end_updates_the_network_and_the_target(workdir):
-    run_script("dqn.py", *E2E, "--save-model", "--eval-episodes", "2", cwd=workdir)
+    run_script("dqn.py", *E2E, "--save-model", "--eval-episodes", "2", "--track", "--capture-video", cwd=workdir)
     run_dir = single_run_dir(workdir)
     scalars = read_scalars(run_dir)
     # losses are logged at the gradient steps on multiples of 100 after learning_starts: 600, 700, ..., 2000
@@ -64,10 +68,6 @@ def test_end_to_end_updates_the_network_and_the_target(workdir):
     assert eps == sorted(eps, reverse=True) and 0.05 <= eps[-1] < 1.0
     assert len(values(scalars, "eval/episodic_return")) == 2
     assert (run_dir / "dqn.cleanrl_model").stat().st_size > 0
-
-
-def test_track_and_capture_video(workdir):
-    run_script("dqn.py", "--total-timesteps", "600", "--learning-starts", "500", "--track", "--capture-video", cwd=workdir)
     assert list((workdir / "wandb").glob("offline-run-*")), "no offline W&B run was written"
     assert list((workdir / "videos").rglob("*.mp4")), "no video was written"
 
@@ -92,7 +92,6 @@ def test_same_seed_gives_identical_losses(workdir):
         (["--learning-starts", "600", "--total-timesteps", "600"], "learning-starts"),
         (["--num-envs", "3"], "num-envs"),
         (["--tau", "0"], "tau"),
-        (["--buffer-size", "0"], "buffer-size"),
     ],
 )
 def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
