@@ -3,16 +3,31 @@
 Directives, each alone on a line of a docs page:
     <!-- usage: cleanrl/ppo.py -->             the "Run:" commands of the script's docstring, as a bash block
     <!-- code: cleanrl/ppo.py:compute_gae -->  the source of a top-level function or class, as a python block
+A directive may be indented (inside a list item); the block it becomes gets the same indentation.
 Shell files (benchmark/*.sh) are included with pymdownx.snippets: --8<-- "benchmark/ppo.sh".
 The same functions serve tests/test_docs.py, which runs the commands the docs show.
+
+Links to repository files outside docs/ (README.md's script table links cleanrl/ppo.py, which the home page
+includes) have no page on the site; they are rewritten to the file on the repository host (repo_url), after
+the snippets are included. A link that resolves to neither a docs file nor a repository file is left alone,
+so `mkdocs build --strict` still fails on it.
 """
 
 import ast
+import posixpath
 import re
 from pathlib import Path
 
+from markdown import Extension
+from markdown.preprocessors import Preprocessor
+
 ROOT = Path(__file__).resolve().parent.parent
-DIRECTIVE = re.compile(r"^<!-- (?P<kind>usage|code): (?P<path>[\w./-]+)(?::(?P<name>\w+))? -->$", re.MULTILINE)
+DOCS = ROOT / "docs"
+BRANCH = "main"  # the branch repository links point to
+DIRECTIVE = re.compile(
+    r"^(?P<indent>[ \t]*)<!-- (?P<kind>usage|code): (?P<path>[\w./-]+)(?::(?P<name>\w+))? -->$", re.MULTILINE
+)
+LINK = re.compile(r"(?P<head>\]\()(?P<target>[^)\s#]+)(?P<tail>(?:#[^)\s]*)?\))")
 
 
 def usage_commands(path: str) -> list[str]:
@@ -42,13 +57,75 @@ def code_of(path: str, name: str) -> str:
 def expand(markdown: str) -> str:
     def replace(m: re.Match) -> str:
         if m["kind"] == "usage":
-            return "```bash\n" + "\n".join(usage_commands(m["path"])) + "\n```"
-        if not m["name"]:
-            raise ValueError(f"code directive needs a name: {m[0]}")
-        return f"```python\n# {m['path']}\n{code_of(m['path'], m['name'])}\n```"
+            block = "```bash\n" + "\n".join(usage_commands(m["path"])) + "\n```"
+        elif not m["name"]:
+            raise ValueError(f"code directive needs a name: {m[0].strip()}")
+        else:
+            block = f"```python\n# {m['path']}\n{code_of(m['path'], m['name'])}\n```"
+        return "\n".join(m["indent"] + line if line else line for line in block.splitlines())
 
     return DIRECTIVE.sub(replace, markdown)
 
 
+def repository_link(target: str, page_src: str) -> str | None:
+    """The repository path a relative link points to when it is a repository file outside docs/, else None.
+
+    Tried relative to the page (`../../cleanrl/ppo.py` from docs/rl-algorithms/) and, for text included from
+    README.md, relative to the repository root (`cleanrl/ppo.py`)."""
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE) or target.startswith("/"):
+        return None
+    page_dir = posixpath.dirname(posixpath.join("docs", page_src))
+    for candidate in (posixpath.normpath(posixpath.join(page_dir, target)), posixpath.normpath(target)):
+        if candidate.startswith("docs/") or candidate.startswith(".."):
+            continue
+        if (ROOT / candidate).exists():
+            return candidate
+    return None
+
+
+def rewrite_repository_links(markdown: str, page_src: str, repo_url: str) -> str:
+    def replace(m: re.Match) -> str:
+        if (DOCS / posixpath.dirname(page_src) / m["target"]).exists():
+            return m[0]  # a docs file: MkDocs turns it into a page link
+        path = repository_link(m["target"], page_src)
+        if path is None:
+            return m[0]
+        return f"{m['head']}{repo_url.rstrip('/')}/blob/{BRANCH}/{path}{m['tail']}"
+
+    return LINK.sub(replace, markdown)
+
+
+class _RepositoryLinks(Preprocessor):
+    """Runs after pymdownx.snippets (priority 32), so included README text is rewritten too."""
+
+    def __init__(self, md, state: dict):
+        super().__init__(md)
+        self.state = state
+
+    def run(self, lines: list[str]) -> list[str]:
+        if self.state.get("page") is None or not self.state.get("repo_url"):
+            return lines
+        return rewrite_repository_links("\n".join(lines), self.state["page"], self.state["repo_url"]).split("\n")
+
+
+class _RepositoryLinksExtension(Extension):
+    def __init__(self, state: dict):
+        super().__init__()
+        self.state = state
+
+    def extendMarkdown(self, md):
+        md.preprocessors.register(_RepositoryLinks(md, self.state), "repository_links", 20)
+
+
+_STATE: dict = {}  # the page being rendered; MkDocs renders pages one at a time
+
+
+def on_config(config):
+    _STATE["repo_url"] = config.repo_url
+    config.markdown_extensions.append(_RepositoryLinksExtension(_STATE))
+    return config
+
+
 def on_page_markdown(markdown, page, config, files):
+    _STATE["page"] = page.file.src_uri
     return expand(markdown)

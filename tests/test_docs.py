@@ -1,5 +1,6 @@
 """The docs: the site builds strictly, every logged key is documented, and the commands shown work."""
 
+import contextlib
 import importlib
 import re
 import shlex
@@ -52,44 +53,179 @@ def test_mkdocs_build_strict(tmp_path):
     assert (tmp_path / "site" / "index.html").exists()
 
 
-def shown_commands() -> list[tuple[str, str]]:
-    """(page, command) for every `python cleanrl/...` or `torchrun ... cleanrl/...` line the docs show."""
-    found = []
-    for page in sorted((ROOT / "docs").rglob("*.md")):
-        text = expand(page.read_text())
-        # shell files included with pymdownx.snippets
-        for inc in re.findall(r'^--8<-- "([^":]+\.sh)"$', text, re.MULTILINE):
-            text += "\n```bash\n" + (ROOT / inc).read_text() + "\n```\n"
-        for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, re.DOTALL):
-            for line in block.replace("\\\n", " ").splitlines():
-                line = line.split(" #")[0].strip()
-                if re.match(r"^(python|torchrun)\b.*\bcleanrl/\w+\.py", line):
-                    found.append((str(page.relative_to(ROOT)), line))
-    return found
-
-
-def split_command(command: str) -> tuple[str, list[str]]:
-    words = shlex.split(command)
-    i = next(i for i, w in enumerate(words) if re.fullmatch(r"cleanrl/\w+\.py", w))
-    return Path(words[i]).name, words[i + 1 :]
-
-
-def test_docs_show_commands():
-    pages = {page for page, _ in shown_commands()}
-    assert "docs/get-started.md" in pages
-
-
+# Values the docs write as names in commands to be filled in by the reader (torchrun --node-rank=R --master-addr=HOST).
+PLACEHOLDERS = {"R": "0", "HOST": "127.0.0.1"}
+PROJECT_FILE = re.compile(r"\b(?:cleanrl|benchmark)/\w+\.(?:py|sh)\b")
 CHEAP_BUDGET = 4096  # a shown command with at most this many --total-timesteps is run for real
 
 
-@pytest.mark.parametrize("page, command", shown_commands(), ids=lambda x: x if " " not in x else None)
-def test_shown_command_works(page, command, tmp_path):
-    """Cheap commands (--help, tiny budgets) run for real; every other one must parse with the script's CLI."""
-    script, argv = split_command(command)
+def command_lines(block: str) -> list[str]:
+    """The commands of a shell block: continuations joined, comments dropped, `a && b` split."""
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        line = re.split(r"(?:^|\s)#", line, maxsplit=1)[0].strip()
+        commands += [part.strip() for part in re.split(r"\s(?:&&|;)\s", line) if part.strip()]
+    return commands
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    """(where, command) for every command of the docs that calls a project file (cleanrl/*.py, benchmark/*).
+
+    Taken from the shell blocks of every docs page (after the usage directives and the benchmark/*.sh
+    snippets are included), from inline code spans that start with python/torchrun/bash, and from every
+    benchmark/*.sh whether a page includes it or not."""
+    found = []
+    sources = [(str(p.relative_to(ROOT)), expand(p.read_text())) for p in sorted((ROOT / "docs").rglob("*.md"))]
+    sources += [(str(p.relative_to(ROOT)), f"```bash\n{p.read_text()}```\n") for p in sorted((ROOT / "benchmark").glob("*.sh"))]
+    for where, text in sources:
+        blocks = re.findall(r"^[ \t]*```(?:bash|sh|shell|console)\n(.*?)^[ \t]*```", text, re.DOTALL | re.MULTILINE)
+        commands = [c for block in blocks for c in command_lines(block)]
+        # inline code like `python cleanrl/ppo.py --env-id CartPole-v1 --total-timesteps 20480`
+        without_blocks = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", text, flags=re.DOTALL | re.MULTILINE)
+        commands += [
+            " ".join(span.split())
+            for span in re.findall(r"`([^`]+)`", without_blocks)
+            if re.match(r"^(?:[A-Z_]+=\S+\s+)*(?:python3?|torchrun|bash|docker run)\s", span.strip())
+        ]
+        found += [(where, c) for c in commands if PROJECT_FILE.search(c) and not c.startswith("--8<--")]
+    return found
+
+
+def relative_to_root(word: str) -> str:
+    path = Path(word)
+    return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else word
+
+
+def parse_cli(what: str, parse, argv: list[str]):
+    """Run a CLI parser; a parse error (tyro/argparse exit) becomes an assertion naming the command."""
+    try:
+        return parse(argv)
+    except SystemExit as e:
+        raise AssertionError(f"{what} rejects {shlex.join(argv)!r} (exit {e.code})") from None
+
+
+def check_script_args(script: str, argv: list[str]):
+    """Parse argv with the script's own tyro Args (None for --help, which is run instead)."""
+    assert re.fullmatch(r"cleanrl/\w+\.py", script), f"{script}: not a cleanrl/<name>.py script"
+    assert (ROOT / script).is_file(), f"{script} does not exist"
     if "--help" in argv:
-        proc = run_script(script, "--help", cwd=tmp_path, timeout=120)
-        assert "--env-id" in proc.stdout
-        return
-    args = tyro.cli(importlib.import_module(f"cleanrl.{script[:-3]}").Args, args=argv)
-    if args.total_timesteps <= CHEAP_BUDGET and not command.startswith("torchrun"):
-        run_script(script, *argv, cwd=tmp_path, timeout=600)
+        return None
+    module = importlib.import_module(f"cleanrl.{Path(script).stem}")
+    return parse_cli(script, lambda a: tyro.cli(module.Args, args=a), argv)
+
+
+def check_torchrun(argv: list[str]) -> None:
+    """torchrun's own flags parsed by torchrun's parser, the script's flags by the script's Args."""
+    from torch.distributed.run import get_args_parser
+
+    argv = [re.sub(r"=(\w+)$", lambda m: "=" + PLACEHOLDERS.get(m[1], m[1]), w) for w in argv]
+    ns = parse_cli("torchrun", get_args_parser().parse_args, argv)
+    check_script_args(relative_to_root(ns.training_script), list(ns.training_script_args))
+
+
+def check_command(command: str) -> list[list[str]]:
+    """Check a shown command against every CLI it calls, without running training.
+
+    Returns the argv lists ([path, *args]) that are cheap to run for real: `--help`, and cleanrl scripts
+    with --total-timesteps <= CHEAP_BUDGET. Raises AssertionError when a flag, a value or a file is wrong."""
+    words = [w for w in shlex.split(command) if w != "$@"]  # "$@" of the benchmark/*.sh: the user's extra flags
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+        words.pop(0)  # environment assignments such as CUDA_VISIBLE_DEVICES=0,1
+    assert words, f"empty command: {command!r}"
+    if words[:2] == ["docker", "run"]:  # docker run [options] IMAGE COMMAND: check COMMAND
+        starts = [i for i, w in enumerate(words) if w in ("python", "python3", "torchrun")]
+        assert starts, f"{command}: no python or torchrun command after docker run"
+        words = words[starts[0] :]
+    prog, rest = words[0], [relative_to_root(w) for w in words[1:]]
+    if prog in ("python", "python3") and rest[:2] == ["-m", "torch.distributed.run"]:
+        prog, rest = "torchrun", rest[2:]
+    if prog == "torchrun":
+        check_torchrun(rest)
+        return []  # launches of several processes are parsed, not run
+    if prog == "bash":
+        assert (ROOT / rest[0]).is_file(), f"{command}: {rest[0]} does not exist"
+        return []  # its commands are checked as a benchmark/*.sh source
+    assert prog in ("python", "python3"), f"{command}: unknown program {prog!r}"
+    path, argv = rest[0], rest[1:]
+    assert (ROOT / path).is_file(), f"{command}: {path} does not exist"
+    if path.startswith("cleanrl/"):
+        args = check_script_args(path, argv)
+        return [[path, *argv]] if args is None or args.total_timesteps <= CHEAP_BUDGET else []
+    if path == "benchmark/run.py":
+        from benchmark import run as runner
+
+        if "--help" in argv:
+            return [[path, *argv]]
+        args, training = parse_cli(path, runner.parse, argv)
+        with contextlib.chdir(ROOT):  # the runner checks the command's files relative to the working directory
+            _, runs = runner.plan_runs(args, training)
+        for run in runs:  # exactly the commands the runner would start, --env-id and --seed appended
+            check_command(shlex.join(run.argv))
+        return []
+    if path.startswith("benchmark/") and path.endswith(".py"):
+        if "--help" in argv:
+            return [[path, *argv]]
+        module = importlib.import_module(f"benchmark.{Path(path).stem}")
+        assert hasattr(module, "Args"), f"{command}: {path} has no tyro Args to check the command with"
+        cut = argv.index("--") if "--" in argv else len(argv)
+        parse_cli(path, lambda a: tyro.cli(module.Args, args=a), argv[:cut])
+        if cut < len(argv) and hasattr(module, "SCRIPT"):  # flags after `--` go to the script the tool runs
+            check_script_args(relative_to_root(str(module.SCRIPT)), argv[cut + 1 :])
+        return []
+    raise AssertionError(f"{command}: no check for {path}")
+
+
+def test_docs_show_commands():
+    shown = shown_commands()
+    pages = {page for page, _ in shown}
+    assert "docs/get-started.md" in pages
+    # torchrun launches and the runner's commands from benchmark/*.sh are among the checked commands
+    assert any(c.startswith("torchrun") for _, c in shown)
+    assert any(c.startswith("python benchmark/run.py") and " -- " in c for _, c in shown)
+
+
+def test_command_check_rejects_what_the_clis_reject():
+    """The check must fail when a documented flag is renamed, in every form of command it handles."""
+    # valid commands pass, and cheap ones are returned to be run
+    assert check_command("python cleanrl/ppo.py --env-id CartPole-v1 --total-timesteps 1000") == [
+        ["cleanrl/ppo.py", "--env-id", "CartPole-v1", "--total-timesteps", "1000"]
+    ]
+    assert check_command("python cleanrl/ppo.py --total-timesteps 500000") == []
+    assert check_command("torchrun --standalone --nproc_per_node=2 cleanrl/ppo_atari_multigpu.py --num-envs 4") == []
+    assert check_command("python benchmark/run.py --env-ids CartPole-v1 --seeds 1 -- python cleanrl/ppo.py") == []
+    bad = [
+        "python cleanrl/ppo.py --no-such-flag 3",  # a flag the script does not have
+        "python cleanrl/ppo.py --total-timesteps many",  # a value of the wrong type
+        "python cleanrl/no_such_script.py --help",
+        "torchrun --standalone --nproc_per_node=2 cleanrl/ppo_atari_multigpu.py --num-env 4",
+        "torchrun --no-such-torchrun-flag cleanrl/ppo_atari_multigpu.py",
+        "torchrun --nnodes=2 --node-rank=X cleanrl/ppo_atari_multigpu.py",  # not an int, not a known placeholder
+        "python benchmark/run.py --env-ids CartPole-v1 -- python cleanrl/ppo.py --learning-rat 0.1",
+        "python benchmark/run.py --env-idz CartPole-v1 -- python cleanrl/ppo.py",
+        "python benchmark/ppo_atari_multigpu_scaling.py --ranks 1 2 -- --env-backnd gymnasium",
+        "bash benchmark/no_such_benchmark.sh",
+    ]
+    for command in bad:
+        with pytest.raises(AssertionError):
+            check_command(command)
+
+
+_ALREADY_RUN: set[tuple[str, ...]] = set()  # a command shown on several pages runs once per session
+
+
+@pytest.mark.parametrize("where, command", shown_commands(), ids=lambda x: x if " " not in x else None)
+def test_shown_command_works(where, command, tmp_path):
+    """Every shown command parses with the CLIs it calls; cheap ones (--help, tiny budgets) run for real."""
+    for path, *argv in check_command(command):
+        if (path, *argv) in _ALREADY_RUN:
+            continue
+        _ALREADY_RUN.add((path, *argv))
+        if path.startswith("cleanrl/"):
+            proc = run_script(Path(path).name, *argv, cwd=tmp_path, timeout=600)
+        else:
+            proc = subprocess.run(
+                [sys.executable, str(ROOT / path), *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120
+            )
+            assert proc.returncode == 0, f"{command} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        if "--help" in argv:
+            assert "usage:" in proc.stdout.lower() and "--help" in proc.stdout, proc.stdout[-2000:]
