@@ -1,5 +1,6 @@
 """The docs: the site builds strictly, every logged key is documented, and the commands shown work."""
 
+import ast
 import contextlib
 import importlib
 import re
@@ -15,7 +16,6 @@ from docs.hooks import expand
 from tests.helpers import ROOT, run_script
 
 SCRIPTS = sorted((ROOT / "cleanrl").glob("*.py"))
-KEY_CALL = re.compile(r"""add_scalar\(\s*(f?)(["'])(?P<key>[^"']+)\2""")
 
 
 def docs_page(script: Path) -> Path:
@@ -25,23 +25,120 @@ def docs_page(script: Path) -> Path:
     return ROOT / m[1]
 
 
-def logged_keys(script: Path) -> set[str]:
-    keys = set()
-    for m in KEY_CALL.finditer(script.read_text()):
-        assert not m[1], f"{script.name}: TensorBoard key {m['key']!r} is an f-string; write keys literally so docs can be checked"
-        keys.add(m["key"])
+def _dict_keys(tree: ast.AST, name: str, where: str) -> set[str]:
+    """The string keys given to the dict `name` in a literal (`name = {"a/b": ...}`) or by `name["a/b"] = ...`."""
+    keys, found = set(), False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id == name and isinstance(node.value, ast.Dict):
+                    found = True
+                    for k in node.value.keys:
+                        assert isinstance(k, ast.Constant) and isinstance(k.value, str), f"{where}: {name} has a non-literal key"
+                        keys.add(k.value)
+                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id == name:
+                    assert isinstance(target.slice, ast.Constant), f"{where}: {name}[...] with a non-literal key"
+                    keys.add(target.slice.value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update":
+            assert not (isinstance(node.func.value, ast.Name) and node.func.value.id == name), f"{where}: {name}.update(...) hides keys"
+    assert found, f"{where}: no dict literal assigned to {name}"
     return keys
+
+
+def logged_keys(script: Path) -> set[str]:
+    """Every TensorBoard key the script writes: the literal first argument of each add_scalar call, or, for
+    `for key, value in d.items(): writer.add_scalar(key, ...)`, the literal keys of the dict d. Anything else
+    (f-strings, computed keys) fails, because then the docs could not be checked."""
+    tree = ast.parse(script.read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    keys = set()
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_scalar"):
+            continue
+        where = f"{script.name}:{call.lineno}"
+        arg = call.args[0] if call.args else None
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            keys.add(arg.value)
+            continue
+        loop = parents.get(call)
+        while loop is not None and not isinstance(loop, ast.For):
+            loop = parents.get(loop)
+        ok = (
+            isinstance(arg, ast.Name) and loop is not None
+            and isinstance(loop.target, ast.Tuple) and isinstance(loop.target.elts[0], ast.Name)
+            and loop.target.elts[0].id == arg.id
+            and isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Attribute)
+            and loop.iter.func.attr == "items" and isinstance(loop.iter.func.value, ast.Name)
+        )  # fmt: skip
+        assert ok, f"{where}: write TensorBoard keys as string literals (or loop over a literal dict) so the docs can be checked"
+        keys |= _dict_keys(tree, loop.iter.func.value.id, where)
+    return keys
+
+
+def logged_metrics_section(page: Path) -> str:
+    """The text of the page's `## Logged metrics` section (up to the next `## ` heading)."""
+    m = re.search(r"^## Logged metrics\n(.*?)(?=^## |\Z)", page.read_text(), re.MULTILINE | re.DOTALL)
+    assert m, f"{page.relative_to(ROOT)} has no '## Logged metrics' section"
+    return m[1]
+
+
+def documented_keys(page: Path) -> set[str]:
+    """The keys the page's Logged metrics section explains: bullets that start with `group/key`."""
+    return set(re.findall(r"^\s*[-*] `(\w+/\w+)`", logged_metrics_section(page), re.MULTILINE))
+
+
+def pages_of(script: Path) -> list[Path]:
+    """The page its line 1 names, and every algorithm page that shows the script's usage."""
+    pages = [docs_page(script)]
+    directive = f"<!-- usage: cleanrl/{script.name} -->"
+    pages += [p for p in sorted((ROOT / "docs" / "rl-algorithms").glob("*.md")) if directive in p.read_text() and p not in pages]
+    return pages
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_every_logged_key_is_documented(script):
-    page = docs_page(script)
-    assert page.exists(), f"{script.name}: docs page {page.relative_to(ROOT)} is missing"
-    text = page.read_text()
     keys = logged_keys(script)
     assert keys, f"{script.name}: no add_scalar call found"
-    missing = sorted(k for k in keys if f"`{k}`" not in text)
-    assert not missing, f"{page.relative_to(ROOT)} does not document {missing} written by {script.name}"
+    for page in pages_of(script):
+        assert page.exists(), f"{script.name}: docs page {page.relative_to(ROOT)} is missing"
+        missing = sorted(keys - documented_keys(page))
+        assert not missing, f"{page.relative_to(ROOT)} does not explain {missing} written by {script.name} (as '- `key`: meaning' under '## Logged metrics')"
+
+
+def test_no_documented_key_is_stale():
+    """A key a page explains must be written by one of the scripts the page documents."""
+    written: dict[Path, set[str]] = {}
+    for script in SCRIPTS:
+        for page in pages_of(script):
+            written.setdefault(page, set()).update(logged_keys(script))
+    assert written
+    for page, keys in written.items():
+        stale = sorted(documented_keys(page) - keys)
+        assert not stale, f"{page.relative_to(ROOT)} explains {stale}, which none of its scripts writes"
+
+
+def test_every_algorithm_page_documents_a_script():
+    documented = {page for script in SCRIPTS for page in pages_of(script)}
+    orphans = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs" / "rl-algorithms").glob("*.md")) if p not in documented]
+    assert not orphans, f"{orphans} show no script's usage (<!-- usage: cleanrl/X.py -->) and no script's line 1 names them"
+
+
+def test_key_check_reads_literal_keys_only(tmp_path):
+    script = tmp_path / "x.py"
+    script.write_text('writer.add_scalar("charts/SPS", 1, 2)\nwriter.add_scalar(\n    "losses/a", 1, 2)\n')
+    assert logged_keys(script) == {"charts/SPS", "losses/a"}
+    # keys from a literal dict written in a loop are found, including one added by subscript
+    script.write_text('d = {"losses/x": 1, "losses/y": 2}\nd["losses/z"] = 3\nfor k, v in d.items():\n    w.add_scalar(k, v, 2)\n')
+    assert logged_keys(script) == {"losses/x", "losses/y", "losses/z"}
+    for hidden in (
+        'for k, v in d.items():\n    w.add_scalar(k, v, 2)\n',  # d is not a literal dict
+        'w.add_scalar(f"losses/{name}", 1, 2)\n',
+        'w.add_scalar(KEY, 1, 2)\n',
+        'd = {"losses/x": 1}\nd.update(other)\nfor k, v in d.items():\n    w.add_scalar(k, v, 2)\n',
+    ):
+        script.write_text(hidden)
+        with pytest.raises(AssertionError):
+            logged_keys(script)
 
 
 def test_mkdocs_build_strict(tmp_path):
