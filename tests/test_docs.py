@@ -13,7 +13,7 @@ import pytest
 import tyro
 
 from docs.hooks import expand
-from tests.helpers import ROOT, run_script
+from tests.helpers import ROOT, run_script, script_env
 
 SCRIPTS = sorted((ROOT / "cleanrl").glob("*.py"))
 
@@ -307,22 +307,25 @@ def test_command_check_rejects_what_the_clis_reject():
             check_command(command)
 
 
-_ALREADY_RUN: set[tuple[str, ...]] = set()  # a command shown on several pages runs once per session
+def run_cheap(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    path, *args = argv
+    if path.startswith("cleanrl/"):
+        return run_script(Path(path).name, *args, cwd=cwd, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, str(ROOT / path), *args], cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=600
+    )
+
+
+_FINISHED: dict[tuple[str, ...], subprocess.CompletedProcess] = {}  # a command shown on several pages runs once
 
 
 @pytest.mark.parametrize("where, command", shown_commands(), ids=lambda x: x if " " not in x else None)
 def test_shown_command_works(where, command, tmp_path):
     """Every shown command parses with the CLIs it calls; cheap ones (--help, tiny budgets) run for real."""
-    for path, *argv in check_command(command):
-        if (path, *argv) in _ALREADY_RUN:
-            continue
-        _ALREADY_RUN.add((path, *argv))
-        if path.startswith("cleanrl/"):
-            proc = run_script(Path(path).name, *argv, cwd=tmp_path, timeout=600)
-        else:
-            proc = subprocess.run(
-                [sys.executable, str(ROOT / path), *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120
-            )
-            assert proc.returncode == 0, f"{command} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    for argv in check_command(command):
+        if tuple(argv) not in _FINISHED:
+            _FINISHED[tuple(argv)] = run_cheap(argv, tmp_path)
+        proc = _FINISHED[tuple(argv)]
+        assert proc.returncode == 0, f"{command} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         if "--help" in argv:
             assert "usage:" in proc.stdout.lower() and "--help" in proc.stdout, proc.stdout[-2000:]
