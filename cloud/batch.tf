@@ -9,14 +9,6 @@ locals {
   }
 }
 
-# AWS recommends a cluster placement group for multi-node parallel jobs (low latency between nodes); those
-# jobs run on the On-Demand GPU environment only, as Batch does not run them on Spot capacity.
-resource "aws_placement_group" "gpu" {
-  count    = var.gpu_placement_group ? 1 : 0
-  name     = "${var.name_prefix}-gpu"
-  strategy = "cluster"
-}
-
 resource "aws_batch_compute_environment" "this" {
   for_each                 = local.environments
   compute_environment_name = "${var.name_prefix}-${each.key}"
@@ -33,7 +25,6 @@ resource "aws_batch_compute_environment" "this" {
     instance_type       = each.value.instance_types
     min_vcpus           = 0
     max_vcpus           = each.value.max_vcpus
-    placement_group     = each.key == "gpu-ondemand" && var.gpu_placement_group ? aws_placement_group.gpu[0].name : null
     security_group_ids  = [aws_security_group.batch.id]
     subnets             = var.subnet_ids
 

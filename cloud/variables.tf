@@ -133,9 +133,3 @@ variable "ecr_force_delete" {
   type        = bool
   default     = false
 }
-
-variable "gpu_placement_group" {
-  description = "If true, the On-Demand GPU compute environment (where multi-node jobs run) launches into a cluster placement group; give subnet_ids of a single Availability Zone then."
-  type        = bool
-  default     = false
-}

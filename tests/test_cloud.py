@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -84,9 +85,10 @@ def run_cli_file(moto, name: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def cli_infra(moto, tmp_path_factory):
+def cli_infra(moto, tmp_path_factory, tf_background):
     """The resources of cloud/examples/setup.sh (queue cleanrl-cpu-spot, definitions cleanrl-single and
-    cleanrl-multinode), made with the AWS CLI; removed with teardown.sh at the end of the module."""
+    cleanrl-multinode), made with the AWS CLI; removed with teardown.sh by test_docs_cli_teardown, or at the end
+    of the module."""
     net = network(moto, "10.20.0.0/16")
     work = tmp_path_factory.mktemp("cli")
     (work / "cloud").mkdir()
@@ -98,12 +100,20 @@ def cli_infra(moto, tmp_path_factory):
         f.write_text(text)
     proc = run_cli_file(moto, "setup.sh", work)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    yield {"work": work, **net}
-    proc = run_cli_file(moto, "teardown.sh", work)
+    state = {"work": work, "torn_down": False, **net}
+    yield state
+    if not state["torn_down"]:
+        cli_teardown(moto, state)
+
+
+def cli_teardown(moto, state):
+    proc = run_cli_file(moto, "teardown.sh", state["work"])
+    state["torn_down"] = True
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     batch = boto(moto, "batch")
     assert batch.describe_job_queues(jobQueues=["cleanrl-cpu-spot"])["jobQueues"] == []
     assert batch.describe_compute_environments(computeEnvironments=["cleanrl-cpu-spot"])["computeEnvironments"] == []
+    assert batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"] == []
 
 
 def cli(*argv: str):
@@ -224,15 +234,29 @@ def test_entrypoint_runs_the_given_command(tmp_path):
 # Terraform, for real, offline
 
 
-@pytest.fixture(scope="module")
-def tf_env(moto, tmp_path_factory):
+def test_terraform_fmt():
     binary = terraform_binary()
     if binary is None:
         pytest.skip("terraform (optional dependency of the cloud tests) is not on PATH")
+    proc = subprocess.run([binary, "fmt", "-check", "-recursive", "-diff", str(CLOUD)], capture_output=True, text=True,
+                          env={**os.environ, "TF_CLI_CONFIG_FILE": os.devnull}, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def tf_background(moto, tmp_path_factory):
+    """`terraform init`, `validate` and `apply` of cloud/ against the endpoint, started in the background as soon
+    as a test needs it: the provider's waiters mostly sleep (about 30 s per job queue), so the AWS CLI tests run
+    meanwhile. None, with the reason, where terraform or the provider mirror is absent."""
+    binary = terraform_binary()
+    if binary is None:
+        yield {"skip": "terraform (optional dependency of the cloud tests) is not on PATH"}
+        return
     mirror = terraform_mirror()
     if mirror is None:
-        pytest.skip("no filesystem mirror of the hashicorp/aws 5.100.0 provider (optional dependency of the cloud "
-                    "tests) found under / (set CLEANRL_TF_PLUGIN_MIRROR)")
+        yield {"skip": "no filesystem mirror of the hashicorp/aws 5.100.0 provider (optional dependency of the cloud "
+                       "tests) found under / (set CLEANRL_TF_PLUGIN_MIRROR)"}
+        return
     work = tmp_path_factory.mktemp("tf")
     rc = work / "terraform.rc"
     rc.write_text(f"""provider_installation {{
@@ -250,73 +274,28 @@ def tf_env(moto, tmp_path_factory):
     for f in CLOUD.glob("*.tf"):
         shutil.copy(f, module)
     shutil.copytree(CLOUD / "jobs", module / "jobs")
+    net = network(moto, "10.30.0.0/16")
+    (module / "terraform.tfvars.json").write_text(json.dumps(
+        {"name_prefix": "tftest", "region": REGION, "vpc_id": net["vpc"], "subnet_ids": [net["subnet"]],
+         "cpu_max_vcpus": 32, "gpu_instance_types": ["g5.xlarge"]}))
     env = aws_env(moto.endpoint, TF_CLI_CONFIG_FILE=str(rc), TF_IN_AUTOMATION="1", TF_INPUT="0", CHECKPOINT_DISABLE="1")
-    return {"binary": binary, "module": module, "env": env}
+    tf = f"{shlex.quote(binary)} -chdir={shlex.quote(str(module))}"
+    steps = (f"{tf} init -input=false -no-color > {work}/init.log 2>&1 && {tf} validate -no-color > {work}/validate.log 2>&1"
+             f" && {tf} apply -auto-approve -input=false -no-color > {work}/apply.log 2>&1")
+    proc = subprocess.Popen(["bash", "-c", steps], env=env)
+    state = {"binary": binary, "module": module, "env": env, "work": work, "proc": proc}
+    yield state
+    for running in (proc, state.get("destroy")):
+        if running is not None and running.poll() is None:
+            running.kill()
+            running.wait()
 
 
-def terraform(tf_env, *args: str, ok=(0,)) -> subprocess.CompletedProcess:
-    proc = subprocess.run([tf_env["binary"], f"-chdir={tf_env['module']}", *args, "-no-color"], env=tf_env["env"],
+def terraform(state, *args: str, ok=(0,)) -> subprocess.CompletedProcess:
+    proc = subprocess.run([state["binary"], f"-chdir={state['module']}", *args, "-no-color"], env=state["env"],
                           capture_output=True, text=True, timeout=400)
     assert proc.returncode in ok, f"terraform {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return proc
-
-
-def test_terraform_fmt():
-    binary = terraform_binary()
-    if binary is None:
-        pytest.skip("terraform (optional dependency of the cloud tests) is not on PATH")
-    proc = subprocess.run([binary, "fmt", "-check", "-recursive", "-diff", str(CLOUD)], capture_output=True, text=True,
-                          env={**os.environ, "TF_CLI_CONFIG_FILE": os.devnull}, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_terraform_init_validate_apply_plan_destroy(tf_env, moto):
-    net = network(moto, "10.30.0.0/16")
-    (tf_env["module"] / "terraform.tfvars.json").write_text(json.dumps(
-        {"name_prefix": "tftest", "region": REGION, "vpc_id": net["vpc"], "subnet_ids": [net["subnet"]],
-         "cpu_max_vcpus": 32, "gpu_instance_types": ["g5.xlarge"], "gpu_placement_group": True}))
-    init = terraform(tf_env, "init", "-input=false")
-    assert "hashicorp/aws v5.100.0" in init.stdout
-    terraform(tf_env, "validate")
-    terraform(tf_env, "apply", "-auto-approve", "-input=false")
-    out = json.loads(terraform(tf_env, "output", "-json").stdout)
-    assert out["job_queues"]["value"] == {k: f"tftest-{k}" for k in ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot")}
-    assert out["single_job_definition"]["value"] == "tftest-single"
-    assert out["multinode_job_definition"]["value"] == "tftest-multinode"
-
-    # What AWS now holds, read back through the API rather than terraform's state.
-    batch = boto(moto, "batch")
-    envs = {e["computeEnvironmentName"]: e for e in batch.describe_compute_environments(
-        computeEnvironments=[f"tftest-{k}" for k in out["job_queues"]["value"]])["computeEnvironments"]}
-    assert envs["tftest-cpu-spot"]["computeResources"]["type"] == "SPOT"
-    assert envs["tftest-gpu-ondemand"]["computeResources"]["type"] == "EC2"
-    assert envs["tftest-gpu-ondemand"]["computeResources"]["instanceTypes"] == ["g5.xlarge"]
-    assert envs["tftest-cpu-ondemand"]["computeResources"]["maxvCpus"] == 32
-    assert envs["tftest-gpu-ondemand"]["computeResources"]["placementGroup"] == "tftest-gpu"
-    assert "placementGroup" not in envs["tftest-gpu-spot"]["computeResources"]
-    single = batch.describe_job_definitions(jobDefinitionName="tftest-single", status="ACTIVE")["jobDefinitions"][0]
-    repo = boto(moto, "ecr").describe_repositories(repositoryNames=["tftest"])["repositories"][0]
-    props = single["containerProperties"]
-    assert props["image"] == f"{repo['repositoryUri']}:latest"
-    assert props["command"] == json.loads((EXAMPLES / "job_definition.json").read_text())["containerProperties"]["command"]
-    assert props["logConfiguration"]["options"]["awslogs-group"] == "/aws/batch/tftest"
-    assert single["parameters"] == json.loads((EXAMPLES / "job_definition.json").read_text())["parameters"]
-    retry = single["retryStrategy"]["evaluateOnExit"][0]  # the provider sends the action lower-cased
-    assert retry["onStatusReason"] == "Host EC2*" and retry["action"].upper() == "RETRY"
-    multi = batch.describe_job_definitions(jobDefinitionName="tftest-multinode", status="ACTIVE")["jobDefinitions"][0]
-    node = multi["nodeProperties"]["nodeRangeProperties"][0]["container"]
-    assert multi["type"] == "multinode" and multi["nodeProperties"]["numNodes"] == 2
-    assert node["command"][2] == (CLOUD / "jobs" / "multinode.sh").read_text()
-    assert {"type": "GPU", "value": "1"} in node["resourceRequirements"]
-    groups = boto(moto, "logs").describe_log_groups(logGroupNamePrefix="/aws/batch/tftest")["logGroups"]
-    assert [g["logGroupName"] for g in groups] == ["/aws/batch/tftest"]
-
-    # A second plan finds nothing to change (exit code 0; 2 would mean a diff).
-    plan = terraform(tf_env, "plan", "-detailed-exitcode", "-input=false", ok=(0, 2))
-    assert plan.returncode == 0, plan.stdout[-4000:]
-    terraform(tf_env, "destroy", "-auto-approve", "-input=false")
-    assert batch.describe_job_queues(jobQueues=[f"tftest-{k}" for k in out["job_queues"]["value"]])["jobQueues"] == []
-    assert not [r for r in boto(moto, "iam").list_roles()["Roles"] if r["RoleName"].startswith("tftest-")]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -616,3 +595,86 @@ def test_build_push_submit_writes_no_secret(cli_infra, aws, tmp_path, fake_docke
     for path in written + [fake_docker["log"]]:
         data = path.read_bytes()
         assert SECRET.encode() not in data and password.encode() not in data, path
+
+
+# ---------------------------------------------------------------------------------------------------
+# Terraform, last: its apply ran in the background during the tests above
+
+
+def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
+    tf_env = tf_background
+    if "skip" in tf_env:
+        pytest.skip(tf_env["skip"])
+    returncode = tf_env["proc"].wait(timeout=300)
+    logs = {name: (tf_env["work"] / f"{name}.log").read_text() for name in ("init", "validate", "apply")
+            if (tf_env["work"] / f"{name}.log").exists()}
+    assert returncode == 0, "\n".join(f"--- terraform {k}\n{v[-4000:]}" for k, v in logs.items())
+    assert "Installing hashicorp/aws v5.100.0" in logs["init"]  # from the filesystem mirror, offline
+    assert "Success! The configuration is valid." in logs["validate"]
+    assert "Apply complete!" in logs["apply"]
+    out = json.loads(terraform(tf_env, "output", "-json").stdout)
+    assert out["job_queues"]["value"] == {k: f"tftest-{k}" for k in ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot")}
+    assert out["single_job_definition"]["value"] == "tftest-single"
+    assert out["multinode_job_definition"]["value"] == "tftest-multinode"
+
+    # What AWS now holds, read back through the API rather than terraform's state.
+    batch = boto(moto, "batch")
+    envs = {e["computeEnvironmentName"]: e for e in batch.describe_compute_environments(
+        computeEnvironments=[f"tftest-{k}" for k in out["job_queues"]["value"]])["computeEnvironments"]}
+    assert envs["tftest-cpu-spot"]["computeResources"]["type"] == "SPOT"
+    assert envs["tftest-gpu-ondemand"]["computeResources"]["type"] == "EC2"
+    assert envs["tftest-gpu-ondemand"]["computeResources"]["instanceTypes"] == ["g5.xlarge"]
+    assert envs["tftest-cpu-ondemand"]["computeResources"]["maxvCpus"] == 32
+    single = batch.describe_job_definitions(jobDefinitionName="tftest-single", status="ACTIVE")["jobDefinitions"][0]
+    repo = boto(moto, "ecr").describe_repositories(repositoryNames=["tftest"])["repositories"][0]
+    props = single["containerProperties"]
+    assert props["image"] == f"{repo['repositoryUri']}:latest"
+    assert props["command"] == json.loads((EXAMPLES / "job_definition.json").read_text())["containerProperties"]["command"]
+    assert props["logConfiguration"]["options"]["awslogs-group"] == "/aws/batch/tftest"
+    assert single["parameters"] == json.loads((EXAMPLES / "job_definition.json").read_text())["parameters"]
+    retry = single["retryStrategy"]["evaluateOnExit"][0]  # the provider sends the action lower-cased
+    assert retry["onStatusReason"] == "Host EC2*" and retry["action"].upper() == "RETRY"
+    multi = batch.describe_job_definitions(jobDefinitionName="tftest-multinode", status="ACTIVE")["jobDefinitions"][0]
+    node = multi["nodeProperties"]["nodeRangeProperties"][0]["container"]
+    assert multi["type"] == "multinode" and multi["nodeProperties"]["numNodes"] == 2
+    assert node["command"][2] == (CLOUD / "jobs" / "multinode.sh").read_text()
+    assert {"type": "GPU", "value": "1"} in node["resourceRequirements"]
+    groups = boto(moto, "logs").describe_log_groups(logGroupNamePrefix="/aws/batch/tftest")["logGroups"]
+    assert [g["logGroupName"] for g in groups] == ["/aws/batch/tftest"]
+
+    # A second plan finds nothing to change (exit code 0; 2 would mean a diff).
+    plan = terraform(tf_env, "plan", "-detailed-exitcode", "-input=false", ok=(0, 2))
+    assert plan.returncode == 0, plan.stdout[-4000:]
+    # destroy's waiters sleep about a minute: it runs in the background while the CLI teardown test runs
+    start_destroy(tf_env)
+
+
+def start_destroy(tf_env):
+    log = open(tf_env["work"] / "destroy.log", "w")
+    tf_env["destroy"] = subprocess.Popen(
+        [tf_env["binary"], f"-chdir={tf_env['module']}", "destroy", "-auto-approve", "-input=false", "-no-color"],
+        env=tf_env["env"], stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+
+
+def test_docs_cli_teardown(cli_infra, moto):
+    """cloud/examples/teardown.sh removes everything setup.sh made."""
+    cli_teardown(moto, cli_infra)
+
+
+def test_terraform_destroy(tf_background, moto):
+    tf_env = tf_background
+    if "skip" in tf_env:
+        pytest.skip(tf_env["skip"])
+    if "destroy" not in tf_env:  # run on its own: apply first
+        assert tf_env["proc"].wait(timeout=300) == 0, (tf_env["work"] / "apply.log").read_text()[-4000:]
+        start_destroy(tf_env)
+    returncode = tf_env["destroy"].wait(timeout=300)
+    log = (tf_env["work"] / "destroy.log").read_text()
+    assert returncode == 0 and "Destroy complete!" in log, log[-4000:]
+    batch = boto(moto, "batch")
+    queues = [f"tftest-{k}" for k in ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot")]
+    assert batch.describe_job_queues(jobQueues=queues)["jobQueues"] == []
+    assert batch.describe_compute_environments(computeEnvironments=queues)["computeEnvironments"] == []
+    assert not [r for r in boto(moto, "iam").list_roles()["Roles"] if r["RoleName"].startswith("tftest-")]
+    assert not [g for g in boto(moto, "logs").describe_log_groups()["logGroups"] if g["logGroupName"] == "/aws/batch/tftest"]
