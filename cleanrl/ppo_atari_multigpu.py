@@ -1,4 +1,4 @@
-# docs: docs/distributed.md
+# docs: docs/rl-algorithms/ppo-multigpu.md
 """PPO on Atari, data-parallel over processes (one GPU each, or CPU processes with gloo).
 
 The algorithm of cleanrl/ppo_atari.py, run by N copies that each step their own share of the
