@@ -5,10 +5,14 @@ bounded by `timeout`, with budgets that reach several learning updates. The Natu
 2 CPU cores, so the budgets are tiny (e.g. 4 envs in total, 16 steps, 2 minibatches, 2 epochs).
 """
 
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -280,3 +284,35 @@ def test_scaling_benchmark_refuses_a_budget_without_a_measured_iteration(tmp_pat
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --iterations must be at least 2")
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_job_instead_of_hanging(workdir):
+    # kill -9 rank 1 during training: torchrun must stop rank 0 and exit non-zero, naming rank 1 as the root cause
+    args = [*TINY, "--total-timesteps", "64000"]
+    cmd = standalone(2) + [str(ROOT / "cleanrl" / SCRIPT), *args]
+    proc = subprocess.Popen(
+        cmd, cwd=workdir, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    for line in proc.stdout:  # rank 0 prints one line per iteration; wait for the first
+        if line.startswith("global_step="):
+            break
+
+    def is_rank_1_of_this_job(pid: str) -> bool:
+        try:
+            proc_dir = Path("/proc") / pid
+            environ = (proc_dir / "environ").read_bytes().split(b"\0")
+            cmdline = (proc_dir / "cmdline").read_text(errors="replace")
+            same_job = SCRIPT in cmdline and os.readlink(proc_dir / "cwd") == str(workdir)
+        except OSError:  # gone, or not ours to read
+            return False
+        return same_job and b"RANK=1" in environ
+
+    victims = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_rank_1_of_this_job(pid)]
+    assert len(victims) == 1, victims
+    killed_at = time.time()
+    os.kill(victims[0], signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode not in (0, 124, 137), "the job did not fail by itself"
+    assert time.time() - killed_at < 120
+    assert re.search(r"Root Cause.*?rank\s*: 1 \(local_rank: 1\).*?SIGKILL", rest, re.DOTALL), rest[-3000:]
