@@ -536,6 +536,18 @@ def test_cancel_and_terminate(cli_infra, aws, capsys, monkeypatch):
     capsys.readouterr()
 
 
+def test_dry_run_builds_nothing_and_submits_nothing(cli_infra, aws, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker at all: a dry run must not need it
+    sent = recording(monkeypatch, "provide-client-params.*.*")
+    assert cli("submit", "--dry-run", "--tag", "dry1", "--seeds", "1", "2", "--extra-args=--track") == []
+    captured = capsys.readouterr()
+    assert "+ docker build" in captured.err and "+ docker push" in captured.err
+    assert captured.out.count("would submit") == 2 and SECRET not in captured.out + captured.err
+    # read-only calls only: the repository, the login token, the job definition
+    assert sorted({name for name, _ in sent}) == ["DescribeJobDefinitions", "DescribeRepositories", "GetAuthorizationToken"]
+
+
 @pytest.fixture
 def fake_docker(tmp_path):
     """A `docker` first on PATH that records each call's argv, DOCKER_CONFIG and a hash of its stdin."""
