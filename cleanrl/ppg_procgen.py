@@ -195,14 +195,16 @@ def resolve_env_id(env_id: str, distribution_mode: str, known_ids: list[str]) ->
     if env_id.lower() in PROCGEN_GAMES:
         resolved = f"{env_id.lower().capitalize()}{distribution_mode.capitalize()}-v0"
         if resolved not in known_ids:
-            modes = sorted(i[len(env_id) : -len("-v0")].lower() for i in known_ids if i.lower().startswith(env_id.lower()))
+            game = env_id.lower()
+            modes = sorted(i[len(game) : -len("-v0")].lower() for i in known_ids if i.lower().startswith(game))
             fail(f"{env_id} has no {distribution_mode!r} distribution (it has: {', '.join(modes)})")
         return resolved
     modes = ("Easy", "Hard", "Extreme", "Memory", "Exploration")
     procgen_ids = {f"{g.capitalize()}{m}-v0" for g in PROCGEN_GAMES for m in modes} & set(known_ids)
     if env_id in procgen_ids:
         return env_id
-    fail(f"unknown Procgen game {env_id!r}; use one of {', '.join(PROCGEN_GAMES)} or an envpool id like StarpilotEasy-v0")
+    games = ", ".join(PROCGEN_GAMES)
+    fail(f"unknown Procgen game {env_id!r}; use one of {games} or an envpool id like StarpilotEasy-v0")
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int, int]:
@@ -227,7 +229,10 @@ def derive_sizes(args: Args) -> tuple[int, int, int, int]:
             f"{args.num_envs}) do not divide into minibatches of --num-aux-rollouts {args.num_aux_rollouts}"
         )
     if args.num_aux_rollouts % args.n_aux_grad_accum != 0:
-        fail(f"--num-aux-rollouts {args.num_aux_rollouts} does not divide into --n-aux-grad-accum {args.n_aux_grad_accum}")
+        fail(
+            f"--num-aux-rollouts {args.num_aux_rollouts} does not divide into "
+            f"--n-aux-grad-accum {args.n_aux_grad_accum}"
+        )
     num_phases = args.total_timesteps // (batch_size * args.n_iteration)
     if num_phases < 1:
         fail(
@@ -446,7 +451,8 @@ class AuxBuffer:
 
     def batch(self, rollouts: np.ndarray, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Whole rollouts, flattened to (len(rollouts) * num_steps, ...): obs, returns, old logits, valid."""
-        return tuple(t[rollouts].flatten(0, 1).to(device) for t in (self.obs, self.returns, self.old_logits, self.valid))
+        tensors = (self.obs, self.returns, self.old_logits, self.valid)
+        return tuple(t[rollouts].flatten(0, 1).to(device) for t in tensors)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, denominator: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -587,7 +593,9 @@ if __name__ == "__main__":
             with torch.no_grad():
                 next_value = value_net(next_obs).reshape(1, -1)
                 next_values = torch.cat([values[1:], next_value], dim=0)
-                advantages, returns = compute_gae(rewards, values, next_values, dones, dones, args.gamma, args.gae_lambda)
+                advantages, returns = compute_gae(
+                    rewards, values, next_values, dones, dones, args.gamma, args.gae_lambda
+                )
 
             # flatten the batch: (num_steps * num_envs, ...)
             b_obs = obs.reshape((-1,) + obs_shape)
