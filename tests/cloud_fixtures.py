@@ -104,8 +104,9 @@ def terraform_binary() -> str | None:
 def _patch_moto():
     # moto 5.2 drops nodeProperties when it describes a multi-node job definition (JobDefinition.describe
     # returns containerProperties and eksProperties only). terraform's provider then reads an empty
-    # node_properties back and plans to replace the definition forever. Add the field back; a moto that
-    # already returns it is left as it is.
+    # node_properties back, and every later plan wants to update it (seen with stock moto_server: "Plan: 0 to
+    # add, 1 to change"), and submit.py could not copy the definition. Add the field back; a moto that already
+    # returns it is left as it is.
     from moto.batch.models import JobDefinition
 
     original = JobDefinition.describe
