@@ -155,9 +155,9 @@ copied). Arguments after the script name go to the runner, e.g. `bash benchmark/
 
 ## The runner: `benchmark/run.py`
 
-`python benchmark/run.py --env-ids ENV... --seeds K... --workers N -- COMMAND` runs COMMAND with `--env-id ENV
---seed K` appended, for every env id and seed, at most N at a time (or use `--command "... {{env_id}} ... {{seed}}"`
-with placeholders).
+`python benchmark/run.py --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --workers 2 -- python cleanrl/ppo.py --total-timesteps 100000`
+runs the command after `--` with `--env-id ENV --seed K` appended, for every env id and seed, at most `--workers`
+at a time (or give `--command "... {{env_id}} ... {{seed}}"` with placeholders).
 
 - Each run has its own working directory `benchmark/results/<script>/<env_id>/seed<k>/` (the script writes its
   `runs/` there), its output streamed to `log.txt` in it.
@@ -172,7 +172,8 @@ with placeholders).
 
 ## The report: `benchmark/report.py`
 
-`python benchmark/report.py --results FOLDER... [--labels NAME...] --out DIR` reads every run below the folders and
+`python benchmark/report.py --results benchmark/results/ppo benchmark/results/dqn --labels ppo dqn --out benchmark/report/compare`
+reads every run below the result folders and
 writes per-env learning curves (PNG and SVG), `curves.png`, `summary.md/csv`, `runs.csv` and `aggregate.md/csv/png`.
 Two or more folders (e.g. two versions of a script) are drawn on the same axes.
 
