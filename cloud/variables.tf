@@ -114,6 +114,10 @@ variable "job_attempts" {
   description = "Attempts of a job; a Spot reclaim (status reason 'Host EC2*') is retried, any other failure is not."
   type        = number
   default     = 3
+  validation {
+    condition     = var.job_attempts >= 1 && var.job_attempts <= 10
+    error_message = "job_attempts must be between 1 and 10 (AWS Batch limit)."
+  }
 }
 
 variable "job_timeout_seconds" {
