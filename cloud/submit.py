@@ -242,8 +242,10 @@ def check_timeout(timeout_seconds: Optional[int]) -> None:
 
 def check_array_size(size: int) -> None:
     if not ARRAY_SIZE_MIN <= size <= ARRAY_SIZE_MAX:
-        fail(f"an array job has {ARRAY_SIZE_MIN}..{ARRAY_SIZE_MAX} children, got {size} seeds"
-             + ("; submit a single seed without --array" if size == 1 else ""))
+        fail(
+            f"an array job has {ARRAY_SIZE_MIN}..{ARRAY_SIZE_MAX} children, got {size} seeds"
+            + ("; submit a single seed without --array" if size == 1 else "")
+        )
 
 
 def check_extra_args(extra_args: str) -> list[str]:
@@ -314,8 +316,10 @@ def plan_jobs(args: Submit) -> list[dict]:
     if args.array:
         check_array_size(len(args.seeds))
         if list(args.seeds) != list(range(args.seeds[0], args.seeds[0] + len(args.seeds))):
-            fail("with --array the seeds must be consecutive and ascending (child i runs seed first + i), "
-                 f"got {list(args.seeds)}")
+            fail(
+                "with --array the seeds must be consecutive and ascending (child i runs seed first + i), "
+                f"got {list(args.seeds)}"
+            )
     scripts = [check_script(script) for script in args.scripts]
     environment = wandb_environment(extra)
     overrides = container_overrides(args.vcpus, args.memory, args.gpus, environment)
@@ -430,15 +434,21 @@ def build_and_push(args: Build) -> str:
     repos = ecr.describe_repositories(repositoryNames=[args.repository])["repositories"]
     repo = repos[0]
     image = f"{repo['repositoryUri']}:{tag}"
-    run_docker(["docker", "build", "--platform", "linux/amd64", "-f", str(ROOT / "Dockerfile"), "-t", image, str(ROOT)],
-               args.dry_run)
+    run_docker(
+        ["docker", "build", "--platform", "linux/amd64", "-f", str(ROOT / "Dockerfile"), "-t", image, str(ROOT)],
+        args.dry_run,
+    )
     auth = ecr.get_authorization_token(registryIds=[repo["registryId"]])["authorizationData"][0]
     username, password = base64.b64decode(auth["authorizationToken"]).decode().split(":", 1)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="cleanrl-docker-", dir=shm) as docker_config:
         env = dict(os.environ, DOCKER_CONFIG=docker_config)
-        run_docker(["docker", "login", "--username", username, "--password-stdin", auth["proxyEndpoint"]],
-                   args.dry_run, input_text=password, env=env)
+        run_docker(
+            ["docker", "login", "--username", username, "--password-stdin", auth["proxyEndpoint"]],
+            args.dry_run,
+            input_text=password,
+            env=env,
+        )
         run_docker(["docker", "push", image], args.dry_run, env=env)
     return image
 
@@ -454,16 +464,32 @@ def job_definition_with_image(batch, name: str, image: Optional[str], dry_run: b
     newest = max(found, key=lambda d: d["revision"])
     if image is None:
         return newest["jobDefinitionArn"]
-    copy = {k: newest[k] for k in ("jobDefinitionName", "type", "parameters", "retryStrategy", "timeout",
-                                   "platformCapabilities", "propagateTags", "tags") if newest.get(k)}
+    copy = {
+        k: newest[k]
+        for k in (
+            "jobDefinitionName",
+            "type",
+            "parameters",
+            "retryStrategy",
+            "timeout",
+            "platformCapabilities",
+            "propagateTags",
+            "tags",
+        )
+        if newest.get(k)
+    }
     if newest["type"] == "multinode":
         if "nodeProperties" not in newest:
             fail(f"AWS returned no nodeProperties for the multi-node job definition {name!r}; cannot change its image")
         nodes = newest["nodeProperties"]
         if all(r["container"]["image"] == image for r in nodes["nodeRangeProperties"]):
             return newest["jobDefinitionArn"]
-        copy["nodeProperties"] = {**nodes, "nodeRangeProperties": [
-            {**r, "container": {**r["container"], "image": image}} for r in nodes["nodeRangeProperties"]]}
+        copy["nodeProperties"] = {
+            **nodes,
+            "nodeRangeProperties": [
+                {**r, "container": {**r["container"], "image": image}} for r in nodes["nodeRangeProperties"]
+            ],
+        }
     else:
         if newest["containerProperties"]["image"] == image:
             return newest["jobDefinitionArn"]
@@ -493,8 +519,10 @@ def submit_requests(args: Union[Submit, SubmitMultinode], requests: list[dict]) 
             shown = {**request}
             for key in ("containerOverrides",):
                 if "environment" in shown.get(key, {}):
-                    shown[key] = {**shown[key], "environment": [{"name": e["name"], "value": "***"}
-                                                                 for e in shown[key]["environment"]]}
+                    shown[key] = {
+                        **shown[key],
+                        "environment": [{"name": e["name"], "value": "***"} for e in shown[key]["environment"]],
+                    }
             print(f"would submit {shown}")
             continue
         job = batch.submit_job(**request)
@@ -559,7 +587,9 @@ def wait(args: Wait) -> dict[str, str]:
         print(f"{j['jobId']}\t{j['status']}\t{j['jobName']}\t{j.get('statusReason', '')}".rstrip())
     failed = [j for j in jobs if j["status"] == "FAILED"]
     if failed:
-        fail(f"{len(failed)} of {len(jobs)} jobs FAILED, e.g. {failed[0]['jobId']}: {failed[0].get('statusReason', '?')}")
+        fail(
+            f"{len(failed)} of {len(jobs)} jobs FAILED, e.g. {failed[0]['jobId']}: {failed[0].get('statusReason', '?')}"
+        )
     return {j["jobId"]: j["status"] for j in jobs}
 
 
@@ -583,8 +613,9 @@ def log_group_of(batch, definition_arn: str, cache: dict) -> str:
         group = "/aws/batch/job"  # where Batch writes without a logConfiguration of its own
         if found:
             d = found[0]
-            props = d.get("containerProperties") or (d.get("nodeProperties") or {}).get(
-                "nodeRangeProperties", [{}])[0].get("container", {})
+            props = d.get("containerProperties") or (d.get("nodeProperties") or {}).get("nodeRangeProperties", [{}])[
+                0
+            ].get("container", {})
             group = props.get("logConfiguration", {}).get("options", {}).get("awslogs-group", group)
         cache[definition_arn] = group
     return cache[definition_arn]
@@ -602,8 +633,11 @@ def logs(args: Logs) -> list[tuple[str, str, str]]:
     for job in jobs:
         # An array parent has no container of its own: its children (id:index) do. So do the nodes (id#node).
         if "arrayProperties" in job and "index" not in job["arrayProperties"]:
-            children = [c["jobId"] for s in STATUSES
-                        for c in batch.list_jobs(arrayJobId=job["jobId"], jobStatus=s)["jobSummaryList"]]
+            children = [
+                c["jobId"]
+                for s in STATUSES
+                for c in batch.list_jobs(arrayJobId=job["jobId"], jobStatus=s)["jobSummaryList"]
+            ]
             parts = describe(batch, sorted(children))
         elif "nodeProperties" in job and "nodeIndex" not in job.get("nodeDetails", {}):
             n = job["nodeProperties"].get("numNodes", 0)

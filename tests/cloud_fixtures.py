@@ -82,14 +82,21 @@ class MotoServer:
 
 def terraform_mirror() -> Path | None:
     """The filesystem mirror that holds hashicorp/aws 5.100.0 (the directory above registry.terraform.io)."""
-    candidates = [os.environ.get("CLEANRL_TF_PLUGIN_MIRROR", ""), "/opt/tf-plugins", "/usr/share/terraform/plugins",
-                  str(Path.home() / ".terraform.d" / "plugins"), "/usr/local/share/terraform/plugins"]
+    candidates = [
+        os.environ.get("CLEANRL_TF_PLUGIN_MIRROR", ""),
+        "/opt/tf-plugins",
+        "/usr/share/terraform/plugins",
+        str(Path.home() / ".terraform.d" / "plugins"),
+        "/usr/local/share/terraform/plugins",
+    ]
     for c in candidates:
         if c and (Path(c) / "registry.terraform.io" / "hashicorp" / "aws" / "5.100.0").is_dir():
             return Path(c)
     found = subprocess.run(
         ["find", "/", "-maxdepth", "5", "-path", "*registry.terraform.io/hashicorp/aws", "-not", "-path", "/proc/*"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     ).stdout.split()
     for f in found:
         if (Path(f) / "5.100.0").is_dir():

