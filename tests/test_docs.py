@@ -123,6 +123,20 @@ def test_every_algorithm_page_documents_a_script():
     assert not orphans, f"{orphans} show no script's usage (<!-- usage: cleanrl/X.py -->) and no script's line 1 names them"
 
 
+TEMPLATE = ["Overview", "Implemented variants", "Usage", "Logged metrics", "Implementation details", "Benchmark results"]
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "rl-algorithms").glob("*.md")), ids=lambda p: p.name)
+def test_algorithm_page_follows_the_template(page):
+    text = page.read_text()
+    sections = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert sections == TEMPLATE, f"{page.name}: sections {sections}, expected {TEMPLATE}"
+    overview = re.search(r"^## Overview\n(.*?)^## ", text, re.MULTILINE | re.DOTALL)[1]
+    assert "$$" in overview and "](http" in overview, f"{page.name}: the overview needs the paper (a link) and a display equation"
+    usage = re.search(r"^## Usage\n(.*?)^## ", text, re.MULTILINE | re.DOTALL)[1]
+    assert "<!-- usage: cleanrl/" in usage, f"{page.name}: Usage must include the script's commands with <!-- usage: cleanrl/X.py -->"
+
+
 def test_key_check_reads_literal_keys_only(tmp_path):
     script = tmp_path / "x.py"
     script.write_text('writer.add_scalar("charts/SPS", 1, 2)\nwriter.add_scalar(\n    "losses/a", 1, 2)\n')
