@@ -182,11 +182,12 @@ def command_lines(block: str) -> list[str]:
 def shown_commands() -> list[tuple[str, str]]:
     """(where, command) for every command of the docs that calls a project file (cleanrl/*.py, benchmark/*).
 
-    Taken from the shell blocks of every docs page (after the usage directives and the benchmark/*.sh
+    Taken from the shell blocks of every docs page and of README.md (after the usage directives and the benchmark/*.sh
     snippets are included), from inline code spans that start with python/torchrun/bash, and from every
     benchmark/*.sh whether a page includes it or not."""
     found = []
-    sources = [(str(p.relative_to(ROOT)), expand(p.read_text())) for p in sorted((ROOT / "docs").rglob("*.md"))]
+    pages = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]  # the README is the repository's front page
+    sources = [(str(p.relative_to(ROOT)), expand(p.read_text())) for p in pages]
     sources += [(str(p.relative_to(ROOT)), f"```bash\n{p.read_text()}```\n") for p in sorted((ROOT / "benchmark").glob("*.sh"))]
     for where, text in sources:
         blocks = re.findall(r"^[ \t]*```(?:bash|sh|shell|console)\n(.*?)^[ \t]*```", text, re.DOTALL | re.MULTILINE)
