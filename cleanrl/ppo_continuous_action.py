@@ -68,7 +68,7 @@ class Args:
     checkpoint_frequency: int = 0
     """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
     resume: Optional[str] = None
-    """continue a run from a checkpoint or run directory; `auto`: the newest unfinished run of this env/exp/seed"""
+    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
     eval_only: Optional[str] = None
     """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
     progress: bool = True
@@ -186,10 +186,11 @@ def load_checkpoint(path: str, script: str) -> dict:
 
 
 def find_resume_checkpoint(args) -> Optional[dict]:
-    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` with no unfinished run).
+    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
 
     `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
-    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run.
+    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
+    if that run has finished, there is nothing to do and the process exits 0.
     """
     script = os.path.basename(__file__)
     if args.resume is None:
@@ -200,7 +201,11 @@ def find_resume_checkpoint(args) -> Optional[dict]:
             return None
         newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
         checkpoint = load_checkpoint(newest, script)
-        return None if checkpoint["finished"] else checkpoint
+        if checkpoint["finished"]:
+            # a restart after the run ended (say, during the final evaluation) must not train it again
+            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
+            raise SystemExit(0)
+        return checkpoint
     path = checkpoint_path_of(args.resume)
     checkpoint = load_checkpoint(path, script)
     if checkpoint["finished"]:

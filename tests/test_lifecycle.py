@@ -88,6 +88,10 @@ def test_ppo_killed_and_resumed_equals_an_uninterrupted_run(workdir):
     assert_same_run(single_run_dir(workdir / "a"), resumed,
                     LOSS_KEYS + ["charts/learning_rate", "charts/episodic_return", "charts/episodic_length"])
     assert [s for s, _ in read_scalars(resumed)["losses/value_loss"]] == [128 * i for i in range(1, 9)]
+    # the same command once more: the run has finished, so there is nothing to do (and no new run)
+    again = run_script("ppo.py", *command, cwd=workdir / "b")
+    assert f"{resumed.name} has already finished; nothing to resume" in again.stdout
+    assert run_dirs(workdir / "b") == [resumed]
 
 
 def test_ppo_continuous_killed_and_resumed_equals_an_uninterrupted_run(workdir):
