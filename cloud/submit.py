@@ -456,11 +456,16 @@ def build_and_push(args: Build) -> str:
 def job_definition_with_image(batch, name: str, image: Optional[str], dry_run: bool = False) -> str:
     """The ARN of the newest ACTIVE revision of `name` that runs `image` (None: whatever it runs); registers a
     new revision (a copy with the image swapped) when the image differs."""
-    found = batch.describe_job_definitions(jobDefinitionName=name.split(":")[0], status="ACTIVE")["jobDefinitions"]
+    if name.startswith("arn:"):
+        found = batch.describe_job_definitions(jobDefinitions=[name])["jobDefinitions"]
+        found = [d for d in found if d["status"] == "ACTIVE"]
+    else:
+        base, _, revision = name.partition(":")
+        found = batch.describe_job_definitions(jobDefinitionName=base, status="ACTIVE")["jobDefinitions"]
+        if revision:
+            found = [d for d in found if str(d["revision"]) == revision]
     if not found:
         fail(f"job definition {name!r} does not exist or is not ACTIVE (terraform apply in cloud/ creates it)")
-    if ":" in name and not name.startswith("arn:"):
-        found = [d for d in found if str(d["revision"]) == name.split(":")[1]] or fail(f"no ACTIVE revision {name!r}")
     newest = max(found, key=lambda d: d["revision"])
     if image is None:
         return newest["jobDefinitionArn"]

@@ -697,6 +697,20 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
     capsys.readouterr()
 
 
+def test_job_definition_by_name_revision_or_arn(cli_infra, aws, capsys):
+    batch = boto(aws, "batch")
+    newest = max(
+        batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"],
+        key=lambda d: d["revision"],
+    )
+    for name in ("cleanrl-single", f"cleanrl-single:{newest['revision']}", newest["jobDefinitionArn"]):
+        ids = cli("submit", "--no-build", "--job-definition", name, "--seeds", "21")
+        assert describe_all(aws, ids)[ids[0]]["jobDefinition"] == newest["jobDefinitionArn"], name
+    with pytest.raises(SystemExit, match="error: job definition 'cleanrl-single:999' does not exist"):
+        cli("submit", "--no-build", "--job-definition", "cleanrl-single:999")
+    capsys.readouterr()
+
+
 def test_cancel_and_terminate(cli_infra, aws, capsys, monkeypatch):
     ids = cli("submit", "--no-build", "--seeds", "11", "12")
     called = recording(monkeypatch, "provide-client-params.batch.*")
