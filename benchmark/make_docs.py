@@ -16,6 +16,7 @@ Run:
 """
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -121,6 +122,8 @@ def render(args: Args, commands: list[str], throughput: dict, missing: list[str]
     from benchmark.throughput import markdown
 
     tp_table = markdown(throughput["results"])
+    loads = [x for r in throughput["results"] for x in r.get("load_average", [])]
+    load_note = f" The 1-minute load average after the rounds ranged {min(loads)} to {max(loads)} on {os.cpu_count()} cores." if loads else ""
     # only committed scripts: the docs tests parse every included command against its script's CLI
     tracked = subprocess.run(["git", "ls-files", "cleanrl"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     landed = [s for s in SCRIPTS if f"cleanrl/{s}.py" in tracked]
@@ -214,7 +217,7 @@ hyperparameters (same number of envs, rollout and minibatch sizes, epochs, netwo
 update frequencies; the mapping is written next to `SPECS` in the tool), alternating ours, SB3, raw env in each
 round. SPS: ours = last `charts/SPS`; SB3 = steps / wall time of `model.learn()`; both exclude imports and model
 construction and use one torch thread on CPU. Raw env = gymnasium `SyncVectorEnv` with the same number of envs and
-random actions, no learning: the ceiling for training SPS. Values are medians over the rounds.{missing_note}
+random actions, no learning: the ceiling for training SPS. Values are medians over the rounds.{missing_note}{load_note}
 
 Stable-Baselines3 lives in its own virtual environment (it is not a dependency of this project):
 

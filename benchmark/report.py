@@ -274,6 +274,9 @@ def main(args: Args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # the same data gives the same SVG bytes (fixed element ids, no date), so committed figures change only with data
+    matplotlib.rcParams["svg.hashsalt"] = "cleanrl-benchmark"
+
     if args.labels is not None and len(args.labels) != len(args.results):
         fail(f"--labels has {len(args.labels)} values for {len(args.results)} --results folders")
     if not 0.0 < args.final_fraction <= 1.0:
@@ -370,7 +373,7 @@ def main(args: Args) -> None:
         draw(ax, env_id)
         fig.tight_layout()
         for ext in ("png", "svg"):
-            fig.savefig(out / f"{slug(env_id)}.{ext}", dpi=args.dpi)
+            fig.savefig(out / f"{slug(env_id)}.{ext}", dpi=args.dpi, metadata={"Date": None} if ext == "svg" else None)
         plt.close(fig)
     ncols = min(3, len(envs))
     nrows = math.ceil(len(envs) / ncols)
@@ -381,7 +384,7 @@ def main(args: Args) -> None:
         ax.axis("off")
     fig.tight_layout()
     for ext in ("png", "svg"):
-        fig.savefig(out / f"curves.{ext}", dpi=args.dpi)
+        fig.savefig(out / f"curves.{ext}", dpi=args.dpi, metadata={"Date": None} if ext == "svg" else None)
     plt.close(fig)
 
     # aggregate over the envs every label has
@@ -444,7 +447,7 @@ def main(args: Args) -> None:
             ax.grid(alpha=0.3, axis="x")
         fig.tight_layout()
         for ext in ("png", "svg"):
-            fig.savefig(out / f"aggregate.{ext}", dpi=args.dpi)
+            fig.savefig(out / f"aggregate.{ext}", dpi=args.dpi, metadata={"Date": None} if ext == "svg" else None)
         plt.close(fig)
 
     print("\n".join(md))

@@ -307,7 +307,7 @@ def main(args: Args) -> None:
     for algo in args.algos:
         spec = SPECS[algo]
         steps = args.total_timesteps or spec["total_timesteps"]
-        ours, sb3, raw, versions = [], [], [], {}
+        ours, sb3, raw, versions, load = [], [], [], {}, []
         for k in range(args.repetitions):
             o = run_ours(spec, steps, args.seed, out / "work" / algo / "ours", args.timeout)
             print(f"[{algo} round {k + 1}] ours {o['sps']:.0f} SPS ({o['process_seconds']:.1f} s process)", flush=True)
@@ -316,13 +316,14 @@ def main(args: Args) -> None:
             r = raw_env_sps(spec["env_id"], spec["num_envs"], args.raw_steps, args.seed)
             print(f"[{algo} round {k + 1}] raw env {r:.0f} SPS", flush=True)
             ours.append(o), sb3.append(s), raw.append(r)
+            load.append(round(os.getloadavg()[0], 1))  # 1-minute load average after the round: how shared the CPU was
             versions = s["versions"]
         row = dict(
             algo=algo, script=spec["script"], env_id=spec["env_id"], num_envs=spec["num_envs"], total_timesteps=steps,
             ours_sps=statistics.median(o["sps"] for o in ours), sb3_sps=statistics.median(s["sps"] for s in sb3),
             raw_sps=statistics.median(raw), ours_rounds=[o["sps"] for o in ours], sb3_rounds=[s["sps"] for s in sb3],
             raw_rounds=raw, ours_process_seconds=[o["process_seconds"] for o in ours],
-            sb3_process_seconds=[s["process_seconds"] for s in sb3], sb3_versions=versions,
+            sb3_process_seconds=[s["process_seconds"] for s in sb3], sb3_versions=versions, load_average=load,
         )
         row["ours_over_sb3"] = row["ours_sps"] / row["sb3_sps"]
         row["ours_over_raw"] = row["ours_sps"] / row["raw_sps"]
