@@ -162,6 +162,26 @@ def test_mkdocs_build_strict(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "index.html").exists()
+    raw = {}
+    for html in sorted((tmp_path / "site").rglob("*.html")):
+        text = raw_math_left(html.read_text())
+        if text:
+            raw[str(html.relative_to(tmp_path / "site"))] = text
+    assert not raw, f"math that KaTeX will not render (a $$ block needs a blank line before it, and in a list item 4 spaces of indent; no bare | inside table math): {raw}"
+
+
+def raw_math_left(html: str) -> str | None:
+    """Text around the first `$`, `\\(` or `\\[` left outside code and outside arithmatex's math elements, or None."""
+    text = re.sub(r"<(pre|code|script)\b[^>]*>.*?</\1>", "", html, flags=re.DOTALL)
+    text = re.sub(r'<(span|div) class="arithmatex">.*?</\1>', "", text, flags=re.DOTALL)
+    m = re.search(r"\$|\\\(|\\\[", text)
+    return None if m is None else " ".join(text[max(0, m.start() - 60) : m.start() + 60].split())
+
+
+def test_raw_math_check():
+    assert raw_math_left('<p>a <span class="arithmatex">\\(x\\)</span> and <code>$@</code></p>') is None
+    assert raw_math_left("<p>$$\ny = r\n$$</p>") is not None
+    assert raw_math_left("<td>entropy $-</td>") is not None
 
 
 # Values the docs write as names in commands to be filled in by the reader (torchrun --node-rank=R --master-addr=HOST).
