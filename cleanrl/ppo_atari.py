@@ -14,16 +14,25 @@ charts/episodic_return is the real game score of a whole game (all lives).
 Run:
     python cleanrl/ppo_atari.py --env-id BreakoutNoFrameskip-v4
     python cleanrl/ppo_atari.py --env-id ALE/Pong-v5 --env-backend gymnasium --capture-video
+    # checkpoints every 50 updates; the same command continues the run after a crash (docs/saving-resuming.md)
+    python cleanrl/ppo_atari.py --env-id BreakoutNoFrameskip-v4 --save-model --checkpoint-frequency 50 --resume auto
     python cleanrl/ppo_atari.py --help
 """
 
+import glob
+import math
 import os
+import pickle
 import random
+import signal
+import sys
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import asdict, dataclass, replace
 from typing import NoReturn, Optional
 
 import ale_py
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
@@ -60,6 +69,16 @@ class Args:
     eval_episodes: int = 10
     """number of episodes of the evaluation that follows --save-model"""
     # [/shared:common-args]
+    # [shared:lifecycle-args] source: cleanrl/ppo.py
+    checkpoint_frequency: int = 0
+    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
+    eval_only: Optional[str] = None
+    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
+    progress: bool = True
+    """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
+    # [/shared:lifecycle-args]
     eval_max_frames: Optional[int] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
 
@@ -143,6 +162,276 @@ def start_logging(args, run_name: str) -> SummaryWriter:
     )
     return writer
 # [/shared:run-setup]
+
+
+# [shared:lifecycle] source: cleanrl/ppo.py
+# Saving, resuming, stopping and watching a run; docs/saving-resuming.md says what each piece guarantees.
+# A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
+# made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
+# script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
+ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
+                     "wandb_project_name", "wandb_entity")
+
+
+def checkpoint_path_of(path: str) -> str:
+    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "checkpoint.pt")
+    if not os.path.isfile(path):
+        fail(f"no checkpoint at {path}")
+    return path
+
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """Read a checkpoint on the CPU and check that this script wrote it."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
+    if found != script:
+        fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
+    return checkpoint
+
+
+def find_resume_checkpoint(args) -> Optional[dict]:
+    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
+
+    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
+    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
+    if that run has finished, there is nothing to do and the process exits 0.
+    """
+    script = os.path.basename(__file__)
+    if args.resume is None:
+        return None
+    if args.resume == "auto":
+        found = glob.glob(os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__*", "checkpoint.pt"))
+        if not found:
+            return None
+        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
+        checkpoint = load_checkpoint(newest, script)
+        if checkpoint["finished"]:
+            # a restart after the run ended (say, during the final evaluation) must not train it again
+            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
+            raise SystemExit(0)
+        return checkpoint
+    path = checkpoint_path_of(args.resume)
+    checkpoint = load_checkpoint(path, script)
+    if checkpoint["finished"]:
+        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
+    return checkpoint
+
+
+def resumed_args(args_cls, checkpoint: dict):
+    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
+
+    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
+    budget or learning rate would not continue the same run, so they fail in one line.
+    """
+    try:
+        saved = args_cls(**checkpoint["args"])
+    except TypeError as e:
+        fail(f"the checkpoint's flags do not fit this script's: {e}")
+    args = tyro.cli(args_cls, default=saved)
+    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
+    if changed:
+        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
+                                          for k in changed) + " when resuming")
+    return args
+
+
+def reopen_logging(args, run_name: str, purge_step: int) -> SummaryWriter:
+    """A resumed run logs on in its own TensorBoard directory. purge_step makes TensorBoard drop the events
+    the interrupted process logged at steps >= purge_step (after its last checkpoint), so curves do not overlap.
+    With --track the resumed process is a new W&B run of the same name."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    return SummaryWriter(f"runs/{run_name}", purge_step=purge_step)
+
+
+def rng_state() -> dict:
+    """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": random.getstate(),
+        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
+        "numpy_pos": int(np_state["state"]["pos"]),
+        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state({
+        "bit_generator": "MT19937",
+        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
+        "has_gauss": state["numpy_gauss"][0],
+        "gauss": state["numpy_gauss"][1],
+    })
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def vector_layers(envs: gym.vector.VectorEnv) -> list:
+    """The vector wrappers from the outside in, then the vector env itself."""
+    layers = [envs]
+    while isinstance(layers[-1], gym.vector.VectorWrapper):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
+    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
+
+    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
+    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
+    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
+    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
+    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
+    """
+    layers = vector_layers(envs)
+    if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
+        return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
+    for sub_env in layers[-1].envs:
+        if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
+            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
+    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
+    # the result loads with plain pickle.
+    try:
+        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
+        return cloudpickle.dumps(state), ""
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        return None, f"pickling failed: {e}"
+
+
+def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
+    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
+    layers = vector_layers(envs)
+    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
+        for sub_env in layers[-1].envs:
+            sub_env.close()
+    for layer, saved in zip(layers, pickle.loads(state), strict=True):
+        vars(layer).update(saved)
+
+
+def checkpoint_common(args, run_name: str, iteration: int, global_step: int, finished: bool, envs) -> dict:
+    """The entries every script's checkpoint has; the script adds its networks, optimizers and statistics."""
+    return {
+        "script": os.path.basename(__file__),
+        "args": asdict(args),
+        "run_name": run_name,
+        "iteration": iteration,
+        "global_step": global_step,
+        "finished": finished,
+        "rng": rng_state(),
+        "envs": env_state(envs)[0],
+    }
+
+
+def save_checkpoint(checkpoint: dict, path: str) -> None:
+    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
+    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(checkpoint, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
+    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
+
+    Called once per update, never per step: all parameters are checked by one isfinite over their
+    concatenation with one host sync; only when that fails are they searched one by one for the name.
+    """
+    for name, value in losses.items():
+        if not math.isfinite(value):
+            return f"{name} ({value})"
+    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
+    if bool(torch.isfinite(torch.cat(params)).all()):
+        return None
+    for module_name, module in modules.items():
+        for name, p in module.named_parameters():
+            if not bool(torch.isfinite(p).all()):
+                return f"parameter {module_name}.{name}"
+    return "a parameter"
+
+
+class StopSignal:
+    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
+    training loop reads it at its next safe point (the end of an update), saves a checkpoint and exits 0.
+    A second signal stops at once with the default action."""
+
+    def __init__(self):
+        self.received: Optional[str] = None
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        self.received = signal.Signals(signum).name
+
+
+class Progress:
+    """One self-rewriting line on stderr: steps, SPS and the mean of the last 20 episodic returns. Drawn only
+    on an interactive terminal and without --no-progress, at most 4 times a second, so it can be called every step."""
+
+    def __init__(self, total_steps: int, disabled: bool):
+        self.total_steps = total_steps
+        self.enabled = not disabled and sys.stderr.isatty()
+        self.returns = deque(maxlen=20)
+        self.last_draw = 0.0
+
+    def episode(self, episodic_return: float) -> None:
+        self.returns.append(float(episodic_return))
+
+    def update(self, global_step: int, sps: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last_draw < 0.25 and global_step < self.total_steps):
+            return
+        self.last_draw = now
+        recent = f"{np.mean(self.returns):.1f}" if self.returns else "-"
+        percent = 100 * global_step // self.total_steps
+        sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | return {recent}  ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.last_draw:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+def check_lifecycle_args(args) -> None:
+    if args.checkpoint_frequency < 0:
+        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
+    if args.checkpoint_frequency > 0 and not args.save_model:
+        fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
+
+
+def saved_model_path(path: str) -> str:
+    """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
+    if os.path.isdir(path):
+        candidates = [os.path.join(path, "checkpoint.pt")] + sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
+        path = next((c for c in candidates if os.path.isfile(c)), candidates[0])
+    if not os.path.isfile(path):
+        fail(f"no saved model at {path}")
+    return path
+# [/shared:lifecycle]
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int]:
@@ -423,7 +712,9 @@ class Agent(nn.Module):
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
         hidden = self.features(x)
-        probs = Categorical(logits=self.actor(hidden))
+        # No argument validation: it would stop a diverged run with a traceback inside the update, before
+        # the once-per-update non-finite check can name the step and the quantity (and it costs time).
+        probs = Categorical(logits=self.actor(hidden), validate_args=False)
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
@@ -478,16 +769,72 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
     return returns[: args.eval_episodes]
 
 
+def evaluate_saved(args: Args) -> list[float]:
+    """--eval-only: evaluate a saved model without creating a run directory.
+
+    A checkpoint (or a run directory holding one) brings its own env id; a bare .cleanrl_model, which holds
+    only the network's state dict, is evaluated on --env-id. --env-backend, --eval-max-frames, --seed and
+    --capture-video come from the command line. Videos go to videos/{name}-eval.
+    """
+    path = saved_model_path(args.eval_only)
+    if path.endswith(".cleanrl_model"):
+        try:
+            state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+            fail(f"cannot read model {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    else:
+        checkpoint = load_checkpoint(path, os.path.basename(__file__))
+        state_dict, name = checkpoint["agent"], checkpoint["run_name"]
+        args.env_id = checkpoint["args"]["env_id"]
+    if args.eval_episodes < 1:
+        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
+    if args.eval_max_frames is not None and args.eval_max_frames < 1:
+        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    if args.env_backend not in ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+    atari_emulator_settings(args.env_id)
+    probe = make_atari_envs(args.env_id, 1, args.env_backend)
+    agent = Agent(int(probe.single_action_space.n))
+    probe.close()
+    try:
+        agent.load_state_dict(state_dict)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        fail(f"{path} does not hold a {os.path.basename(__file__)} model for {args.env_id}: {str(e).splitlines()[0]}")
+    seed_everything(args.seed, args.torch_deterministic)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    return evaluate(agent.to(device), args, name, device)
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    if args.eval_only is not None:
+        episodic_returns = evaluate_saved(args)
+        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} "
+              f"over {len(episodic_returns)} episodes of {args.env_id}")
+        raise SystemExit(0)
     # Everything that can be wrong with the input is checked before the run directory exists.
+    # Run directories name ALE/ ids with a "-" (a "/" would nest them), so `--resume auto` looks for that name.
+    checkpoint = find_resume_checkpoint(replace(args, env_id=args.env_id.replace("/", "-")))
+    if checkpoint is not None:
+        args = resumed_args(Args, checkpoint)
+    check_lifecycle_args(args)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     atari_emulator_settings(args.env_id)
     if args.env_backend not in ATARI_BACKENDS:
         fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    # ALE/ ids would make a nested run directory
-    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    writer = start_logging(args, run_name)
+    if checkpoint is None:
+        # ALE/ ids would make a nested run directory
+        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        writer = start_logging(args, run_name)
+    else:
+        # the same run: same directory, TensorBoard log continued after the checkpoint's step
+        run_name = checkpoint["run_name"]
+        writer = reopen_logging(args, run_name, purge_step=checkpoint["global_step"] + 1)
+        print(f"resuming {run_name} after iteration {checkpoint['iteration']} "
+              f"(global step {checkpoint['global_step']})")
 
     seed_everything(args.seed, args.torch_deterministic)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
@@ -502,6 +849,11 @@ if __name__ == "__main__":
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    if args.save_model:
+        # Neither backend's state can be saved: ale-py's vector env is C++, and gymnasium's AtariEnv pickles
+        # by re-construction. env_state says which, and the checkpoint's "envs" is None.
+        print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
+              "a resumed run restarts its games")
 
     # storage: (num_steps, num_envs, ...); frames stay uint8 (4x less memory than float), the network scales them
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
@@ -514,13 +866,38 @@ if __name__ == "__main__":
     final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
     truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
 
-    global_step = 0
-    start_time = time.time()
-    next_obs, _ = envs.reset(seed=args.seed)
-    envs.action_space.seed(args.seed)
+    if checkpoint is None:
+        start_iteration, global_step = 1, 0
+        next_obs, _ = envs.reset(seed=args.seed)
+        envs.action_space.seed(args.seed)
+    else:
+        # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
+        agent.load_state_dict(checkpoint["agent"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
+        # The games in progress at the checkpoint are dropped (never logged): new games start here, from reset
+        # seeds not used before. Only the environment trajectories differ from an uninterrupted run.
+        next_obs, _ = envs.reset(seed=args.seed + global_step)
+        envs.action_space.seed(args.seed + global_step)
+        # Last, so the generators continue exactly where the interrupted run left them.
+        set_rng_state(checkpoint["rng"])
     next_obs = torch.as_tensor(next_obs, device=device)
 
-    for iteration in range(1, num_iterations + 1):
+    model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+    checkpoint_path = f"runs/{run_name}/checkpoint.pt"
+
+    def make_checkpoint(iteration: int, finished: bool) -> dict:
+        # The learning-rate schedule is a function of the iteration, so the iteration is its whole state.
+        # No next_obs: the games restart on resume.
+        return checkpoint_common(args, run_name, iteration, global_step, finished, envs) | {
+            "agent": agent.state_dict(),
+            "optimizer": optimizer.state_dict(),
+        }
+
+    stop = StopSignal()
+    progress = Progress(num_iterations * batch_size, not args.progress)
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -558,6 +935,7 @@ if __name__ == "__main__":
                 for i in np.nonzero(infos["_episode"])[0]:
                     writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
                     writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+                    progress.episode(infos["episode"]["r"][i])
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():
@@ -629,20 +1007,48 @@ if __name__ == "__main__":
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
+        # the losses come to the host once per update, for logging and for the non-finite check
+        losses = {
+            "losses/value_loss": v_loss.item(),
+            "losses/policy_loss": pg_loss.item(),
+            "losses/entropy": entropy_loss.item(),
+            "losses/old_approx_kl": old_approx_kl.item(),
+            "losses/approx_kl": approx_kl.item(),
+        }
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        for key, value in losses.items():
+            writer.add_scalar(key, value, global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
-        print(f"global_step={global_step}, SPS={sps}")
+        progress.update(global_step, sps)
+        if not progress.enabled:
+            print(f"global_step={global_step}, SPS={sps}")
+
+        # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
+        # out: it is legitimately NaN when the returns have zero variance.)
+        problem = find_non_finite(losses, {"agent": agent})
+        if problem is not None:
+            progress.close()
+            writer.close()
+            fail(f"non-finite {problem} at global step {global_step} (iteration {iteration}); "
+                 "stopped without saving, so the last good checkpoint is kept")
+        if iteration < num_iterations and args.save_model and (
+            stop.received or (args.checkpoint_frequency > 0 and iteration % args.checkpoint_frequency == 0)
+        ):
+            save_checkpoint(make_checkpoint(iteration, finished=False), checkpoint_path)
+        if iteration < num_iterations and stop.received:
+            progress.close()
+            saved = f"checkpoint saved to {checkpoint_path}" if args.save_model else "no --save-model, no checkpoint"
+            print(f"{stop.received}: stopped after global step {global_step}; {saved}")
+            envs.close()
+            writer.close()
+            raise SystemExit(0)
+    progress.close()
 
     if args.save_model:
-        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        save_checkpoint(make_checkpoint(num_iterations, finished=True), checkpoint_path)
         torch.save(agent.state_dict(), model_path)
         print(f"model saved to {model_path}")
         episodic_returns = evaluate(agent, args, run_name, device)
