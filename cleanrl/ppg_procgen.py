@@ -14,12 +14,20 @@ Run:
     python cleanrl/ppg_procgen.py --help
 """
 
+import dataclasses
+import glob
+import math
 import os
+import pickle
 import random
+import signal
+import sys
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import asdict, dataclass
 from typing import Literal, NoReturn, Optional
 
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
@@ -54,6 +62,16 @@ class Args:
     eval_episodes: int = 10
     """number of episodes of the evaluation that follows --save-model"""
     # [/shared:common-args]
+    # [shared:lifecycle-args] source: cleanrl/ppo.py
+    checkpoint_frequency: int = 0
+    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
+    eval_only: Optional[str] = None
+    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
+    progress: bool = True
+    """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
+    # [/shared:lifecycle-args]
 
     # Algorithm specific arguments
     env_id: str = "starpilot"
@@ -160,6 +178,276 @@ def start_logging(args, run_name: str) -> SummaryWriter:
     )
     return writer
 # [/shared:run-setup]
+
+
+# [shared:lifecycle] source: cleanrl/ppo.py
+# Saving, resuming, stopping and watching a run; docs/saving-resuming.md says what each piece guarantees.
+# A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
+# made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
+# script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
+ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
+                     "wandb_project_name", "wandb_entity")
+
+
+def checkpoint_path_of(path: str) -> str:
+    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "checkpoint.pt")
+    if not os.path.isfile(path):
+        fail(f"no checkpoint at {path}")
+    return path
+
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """Read a checkpoint on the CPU and check that this script wrote it."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
+    if found != script:
+        fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
+    return checkpoint
+
+
+def find_resume_checkpoint(args) -> Optional[dict]:
+    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
+
+    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
+    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
+    if that run has finished, there is nothing to do and the process exits 0.
+    """
+    script = os.path.basename(__file__)
+    if args.resume is None:
+        return None
+    if args.resume == "auto":
+        found = glob.glob(os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__*", "checkpoint.pt"))
+        if not found:
+            return None
+        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
+        checkpoint = load_checkpoint(newest, script)
+        if checkpoint["finished"]:
+            # a restart after the run ended (say, during the final evaluation) must not train it again
+            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
+            raise SystemExit(0)
+        return checkpoint
+    path = checkpoint_path_of(args.resume)
+    checkpoint = load_checkpoint(path, script)
+    if checkpoint["finished"]:
+        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
+    return checkpoint
+
+
+def resumed_args(args_cls, checkpoint: dict):
+    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
+
+    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
+    budget or learning rate would not continue the same run, so they fail in one line.
+    """
+    try:
+        saved = args_cls(**checkpoint["args"])
+    except TypeError as e:
+        fail(f"the checkpoint's flags do not fit this script's: {e}")
+    args = tyro.cli(args_cls, default=saved)
+    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
+    if changed:
+        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
+                                          for k in changed) + " when resuming")
+    return args
+
+
+def reopen_logging(args, run_name: str, purge_step: int) -> SummaryWriter:
+    """A resumed run logs on in its own TensorBoard directory. purge_step makes TensorBoard drop the events
+    the interrupted process logged at steps >= purge_step (after its last checkpoint), so curves do not overlap.
+    With --track the resumed process is a new W&B run of the same name."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    return SummaryWriter(f"runs/{run_name}", purge_step=purge_step)
+
+
+def rng_state() -> dict:
+    """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": random.getstate(),
+        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
+        "numpy_pos": int(np_state["state"]["pos"]),
+        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state({
+        "bit_generator": "MT19937",
+        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
+        "has_gauss": state["numpy_gauss"][0],
+        "gauss": state["numpy_gauss"][1],
+    })
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def vector_layers(envs: gym.vector.VectorEnv) -> list:
+    """The vector wrappers from the outside in, then the vector env itself."""
+    layers = [envs]
+    while isinstance(layers[-1], gym.vector.VectorWrapper):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
+    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
+
+    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
+    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
+    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
+    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
+    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
+    """
+    layers = vector_layers(envs)
+    if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
+        return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
+    for sub_env in layers[-1].envs:
+        if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
+            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
+    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
+    # the result loads with plain pickle.
+    try:
+        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
+        return cloudpickle.dumps(state), ""
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        return None, f"pickling failed: {e}"
+
+
+def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
+    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
+    layers = vector_layers(envs)
+    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
+        for sub_env in layers[-1].envs:
+            sub_env.close()
+    for layer, saved in zip(layers, pickle.loads(state), strict=True):
+        vars(layer).update(saved)
+
+
+def checkpoint_common(args, run_name: str, iteration: int, global_step: int, finished: bool, envs) -> dict:
+    """The entries every script's checkpoint has; the script adds its networks, optimizers and statistics."""
+    return {
+        "script": os.path.basename(__file__),
+        "args": asdict(args),
+        "run_name": run_name,
+        "iteration": iteration,
+        "global_step": global_step,
+        "finished": finished,
+        "rng": rng_state(),
+        "envs": env_state(envs)[0],
+    }
+
+
+def save_checkpoint(checkpoint: dict, path: str) -> None:
+    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
+    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(checkpoint, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
+    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
+
+    Called once per update, never per step: all parameters are checked by one isfinite over their
+    concatenation with one host sync; only when that fails are they searched one by one for the name.
+    """
+    for name, value in losses.items():
+        if not math.isfinite(value):
+            return f"{name} ({value})"
+    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
+    if bool(torch.isfinite(torch.cat(params)).all()):
+        return None
+    for module_name, module in modules.items():
+        for name, p in module.named_parameters():
+            if not bool(torch.isfinite(p).all()):
+                return f"parameter {module_name}.{name}"
+    return "a parameter"
+
+
+class StopSignal:
+    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
+    training loop reads it at its next safe point (the end of an update), saves a checkpoint and exits 0.
+    A second signal stops at once with the default action."""
+
+    def __init__(self):
+        self.received: Optional[str] = None
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        self.received = signal.Signals(signum).name
+
+
+class Progress:
+    """One self-rewriting line on stderr: steps, SPS and the mean of the last 20 episodic returns. Drawn only
+    on an interactive terminal and without --no-progress, at most 4 times a second, so it can be called every step."""
+
+    def __init__(self, total_steps: int, disabled: bool):
+        self.total_steps = total_steps
+        self.enabled = not disabled and sys.stderr.isatty()
+        self.returns = deque(maxlen=20)
+        self.last_draw = 0.0
+
+    def episode(self, episodic_return: float) -> None:
+        self.returns.append(float(episodic_return))
+
+    def update(self, global_step: int, sps: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last_draw < 0.25 and global_step < self.total_steps):
+            return
+        self.last_draw = now
+        recent = f"{np.mean(self.returns):.1f}" if self.returns else "-"
+        percent = 100 * global_step // self.total_steps
+        sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | return {recent}  ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.last_draw:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+def check_lifecycle_args(args) -> None:
+    if args.checkpoint_frequency < 0:
+        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
+    if args.checkpoint_frequency > 0 and not args.save_model:
+        fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
+
+
+def saved_model_path(path: str) -> str:
+    """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
+    if os.path.isdir(path):
+        candidates = [os.path.join(path, "checkpoint.pt")] + sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
+        path = next((c for c in candidates if os.path.isfile(c)), candidates[0])
+    if not os.path.isfile(path):
+        fail(f"no saved model at {path}")
+    return path
+# [/shared:lifecycle]
 
 
 def procgen_import_problem(exc: ImportError) -> str:
@@ -300,6 +588,13 @@ class RewardNormalizer:
         delta, total = b_mean - self.mean, self.count + b_count
         m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
         self.mean, self.var, self.count = self.mean + delta * b_count / total, m2 / total, total
+
+    def state(self) -> dict:
+        """The statistics for a checkpoint. The running returns are left out: a resumed run starts new episodes."""
+        return {"mean": float(self.mean), "var": float(self.var), "count": float(self.count)}
+
+    def load_state(self, state: dict) -> None:
+        self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
 
     def __call__(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
         self.ret = np.where(valid, self.ret * self.gamma + reward, self.ret)
@@ -449,6 +744,18 @@ class AuxBuffer:
         """Write logits computed on `self.batch(rollouts)`'s flat observations back beside them."""
         self.old_logits[rollouts] = logits.reshape((len(rollouts), -1, logits.shape[-1])).cpu()
 
+    def state(self, stored_iterations: int) -> dict:
+        """The rollouts of the first `stored_iterations` iterations of the phase, for a checkpoint taken inside a
+        policy phase (copies: torch.save would write a slice's whole underlying storage). pi_old's logits are
+        not saved: the auxiliary phase computes them when it starts."""
+        rows = stored_iterations * self.num_envs
+        return {"obs": self.obs[:rows].clone(), "returns": self.returns[:rows].clone(),
+                "valid": self.valid[:rows].clone()}
+
+    def load_state(self, state: dict) -> None:
+        rows = state["obs"].shape[0]
+        self.obs[:rows], self.returns[:rows], self.valid[:rows] = state["obs"], state["returns"], state["valid"]
+
     def batch(self, rollouts: np.ndarray, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Whole rollouts, flattened to (len(rollouts) * num_steps, ...): obs, returns, old logits, valid."""
         tensors = (self.obs, self.returns, self.old_logits, self.valid)
@@ -502,15 +809,66 @@ def evaluate(policy: PolicyNetwork, envpool, env_id: str, args: Args, device: to
     return returns[: args.eval_episodes]
 
 
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    # Everything that can be wrong with the input is checked before the run directory exists.
-    batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
+def evaluate_saved(args: Args) -> tuple[list[float], str]:
+    """--eval-only: evaluate a saved policy without creating a run directory; returns (returns, envpool id).
+
+    A checkpoint (or a run directory holding one) brings its own env id and distribution; a bare .cleanrl_model,
+    which holds the `policy` and `value` state dicts, is evaluated on --env-id / --distribution-mode."""
+    path = saved_model_path(args.eval_only)
+    if path.endswith(".cleanrl_model"):
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+            fail(f"cannot read model {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        state_dict = saved.get("policy") if isinstance(saved, dict) else None
+    else:
+        checkpoint = load_checkpoint(path, "ppg_procgen.py")
+        state_dict = checkpoint["policy"]
+        args.env_id, args.distribution_mode = checkpoint["args"]["env_id"], checkpoint["args"]["distribution_mode"]
+    if args.eval_episodes < 1:
+        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
     envpool = load_envpool()
     env_id = resolve_env_id(args.env_id, args.distribution_mode, envpool.list_all_envs())
+    probe = make_envs(envpool, env_id, 1, args.seed)
+    policy = PolicyNetwork(probe.single_observation_space.shape, int(probe.single_action_space.n))
+    probe.close()
+    try:
+        policy.load_state_dict(state_dict)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        fail(f"{path} does not hold a ppg_procgen.py policy: {str(e).splitlines()[0]}")
+    seed_everything(args.seed, args.torch_deterministic)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    return evaluate(policy.to(device), envpool, env_id, args, device), env_id
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    if args.eval_only is not None:
+        episodic_returns, eval_env_id = evaluate_saved(args)
+        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} "
+              f"over {len(episodic_returns)} episodes of {eval_env_id}")
+        raise SystemExit(0)
+    # Everything that can be wrong with the input is checked before the run directory exists.
+    envpool = load_envpool()
+    # Run directories are named after the envpool id (StarpilotEasy-v0), so `--resume auto` looks for that name.
+    env_id = resolve_env_id(args.env_id, args.distribution_mode, envpool.list_all_envs())
+    checkpoint = find_resume_checkpoint(dataclasses.replace(args, env_id=env_id))
+    if checkpoint is not None:
+        args = resumed_args(Args, checkpoint)
+    check_lifecycle_args(args)
+    batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
     num_iterations = num_phases * args.n_iteration
-    run_name = f"{env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    writer = start_logging(args, run_name)
+    if checkpoint is None:
+        run_name = f"{env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        writer = start_logging(args, run_name)
+    else:
+        # the same run: same directory, TensorBoard log continued after the checkpoint's step
+        run_name = checkpoint["run_name"]
+        writer = reopen_logging(args, run_name, purge_step=checkpoint["global_step"] + 1)
+        print(f"resuming {run_name} after iteration {checkpoint['iteration']} "
+              f"(global step {checkpoint['global_step']})")
 
     seed_everything(args.seed, args.torch_deterministic)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
@@ -519,10 +877,15 @@ if __name__ == "__main__":
         # torch thread and 930 ms with two (the second thread waits for a core that envpool or others hold).
         torch.set_num_threads(1)
 
-    # env setup
-    envs = make_envs(envpool, env_id, args.num_envs, args.seed)
+    # env setup. envpool's state cannot be saved: a resumed run builds its environments with the seed
+    # seed + global_step (seeds not used before), so the episodes in progress at the checkpoint are dropped.
+    global_step = 0 if checkpoint is None else checkpoint["global_step"]
+    envs = make_envs(envpool, env_id, args.num_envs, args.seed + global_step)
     obs_shape = envs.single_observation_space.shape
     n_actions = int(envs.single_action_space.n)
+    if args.save_model and env_state(envs)[0] is None:
+        print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
+              "a resumed run restarts its episodes")
     video = VideoRecorder(f"videos/{run_name}") if args.capture_video else None
     reward_normalizer = RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
 
@@ -543,187 +906,261 @@ if __name__ == "__main__":
     valid = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
     aux = AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, obs_shape, n_actions)
 
-    global_step = 0
-    start_time = time.time()
+    if checkpoint is None:
+        start_iteration = 1
+    else:
+        # Checkpoints are taken between iterations. One taken inside a policy phase also holds the rollouts the
+        # phase has stored so far, so the auxiliary phase distills the same buffer as an uninterrupted run.
+        policy.load_state_dict(checkpoint["policy"])
+        value_net.load_state_dict(checkpoint["value"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        start_iteration = checkpoint["iteration"] + 1
+        if checkpoint["aux"] is not None:
+            aux.load_state(checkpoint["aux"])
+        if reward_normalizer is not None:
+            # the statistics continue; the running discounted returns restart with the new episodes
+            reward_normalizer.load_state(checkpoint["reward_normalizer"])
+        # Last, so the generators continue where the interrupted run left them.
+        set_rng_state(checkpoint["rng"])
     next_obs_np, _ = envs.reset()
     next_obs = torch.as_tensor(next_obs_np, device=device)
     prev_done = np.zeros(args.num_envs, dtype=bool)  # the previous step ended an episode
 
-    for phase in range(1, num_phases + 1):
+    model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+    checkpoint_path = f"runs/{run_name}/checkpoint.pt"
+
+    def make_checkpoint(iteration: int, finished: bool) -> dict:
+        # The learning-rate schedule is a function of the iteration, so the iteration is its whole state.
+        stored = (iteration - 1) % args.n_iteration + 1  # iterations of the current phase in the aux buffer
+        return checkpoint_common(args, run_name, iteration, global_step, finished, envs) | {
+            "policy": policy.state_dict(),
+            "value": value_net.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "reward_normalizer": None if reward_normalizer is None else reward_normalizer.state(),
+            # after an auxiliary phase (iteration a multiple of n_iteration) the buffer is spent: nothing to save
+            "aux": None if stored == args.n_iteration else aux.state(stored),
+            "next_obs": next_obs.cpu(),
+        }
+
+    def stop_if_non_finite(losses: dict, iteration: int) -> None:
+        """Checked before any save, so a checkpoint never holds NaN or inf."""
+        problem = find_non_finite(losses, {"policy": policy, "value": value_net})
+        if problem is not None:
+            progress.close()
+            writer.close()
+            fail(f"non-finite {problem} at global step {global_step} (iteration {iteration}); "
+                 "stopped without saving, so the last good checkpoint is kept")
+
+    stop = StopSignal()
+    progress = Progress(num_iterations * batch_size, not args.progress)
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration, num_iterations + 1):
         # POLICY PHASE: N_pi iterations of PPO with separate policy and value networks (Algorithm 1)
-        for phase_iteration in range(args.n_iteration):
-            iteration = (phase - 1) * args.n_iteration + phase_iteration + 1
-            if args.anneal_lr:
-                frac = 1.0 - (iteration - 1.0) / num_iterations
-                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        phase, phase_iteration = (iteration - 1) // args.n_iteration + 1, (iteration - 1) % args.n_iteration
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-            # rollout
-            for step in range(args.num_steps):
-                global_step += args.num_envs
-                obs[step] = next_obs
-                valid[step] = torch.as_tensor(~prev_done, device=device)
-                with torch.no_grad():
-                    logits, _ = policy(next_obs)
-                    values[step] = value_net(next_obs)
-                probs = Categorical(logits=logits)
-                action = probs.sample()
-                actions[step] = action
-                logprobs[step] = probs.log_prob(action)
-
-                next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-                done = np.logical_or(term, trunc)
-                if reward_normalizer is not None:
-                    reward = reward_normalizer(reward, done, ~prev_done)
-                rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-                dones[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
-                if video is not None:
-                    video.add(next_obs_np[0], bool(done[0]))
-                prev_done = done
-                next_obs = torch.as_tensor(next_obs_np, device=device)
-
-                if "episode" in infos:
-                    for i in np.nonzero(infos["_episode"])[0]:
-                        writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-                        writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
-
-            # advantages: every episode end counts as terminal (Procgen's time limit leaves no final obs to
-            # bootstrap from, see make_envs), so terminations = dones. The reset step that follows an end
-            # gets a (meaningless) advantage of its own, but dones[t] cuts the recursion before it can leak
-            # into the finished episode, and `valid` keeps it out of every loss.
+        # rollout
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            valid[step] = torch.as_tensor(~prev_done, device=device)
             with torch.no_grad():
-                next_value = value_net(next_obs).reshape(1, -1)
-                next_values = torch.cat([values[1:], next_value], dim=0)
-                advantages, returns = compute_gae(
-                    rewards, values, next_values, dones, dones, args.gamma, args.gae_lambda
-                )
+                logits, _ = policy(next_obs)
+                values[step] = value_net(next_obs)
+            # No argument validation (here and in the update): it would stop a diverged run with a traceback
+            # before the once-per-iteration non-finite check can name the step and the quantity.
+            probs = Categorical(logits=logits, validate_args=False)
+            action = probs.sample()
+            actions[step] = action
+            logprobs[step] = probs.log_prob(action)
 
-            # flatten the batch: (num_steps * num_envs, ...)
-            b_obs = obs.reshape((-1,) + obs_shape)
-            b_logprobs = logprobs.reshape(-1)
-            b_actions = actions.reshape(-1)
-            b_advantages = advantages.reshape(-1)
-            b_returns = returns.reshape(-1)
-            b_values = values.reshape(-1)
-            b_valid = valid.reshape(-1)
-            if args.adv_norm_fullbatch:  # the PPG code normalizes once over the whole batch
-                real = b_advantages[b_valid]
-                b_advantages = (b_advantages - real.mean()) / (real.std() + 1e-8)
+            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
+            done = np.logical_or(term, trunc)
+            if reward_normalizer is not None:
+                reward = reward_normalizer(reward, done, ~prev_done)
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            dones[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
+            if video is not None:
+                video.add(next_obs_np[0], bool(done[0]))
+            prev_done = done
+            next_obs = torch.as_tensor(next_obs_np, device=device)
 
-            # optimize: E_pi epochs of the policy objective, E_V epochs of the value objective; one shared
-            # minibatch loop, each network's loss only while its epoch count lasts. Reset steps are dropped,
-            # so the minibatches split the real transitions into num_minibatches near-equal parts.
-            b_inds = np.nonzero(b_valid.cpu().numpy())[0]
-            clipfracs = []
-            pg_loss = v_loss = entropy_loss = old_approx_kl = approx_kl = torch.tensor(float("nan"))
-            for epoch in range(max(args.e_policy, args.v_value)):
-                train_policy, train_value = epoch < args.e_policy, epoch < args.v_value
-                np.random.shuffle(b_inds)
-                for mb_inds in np.array_split(b_inds, args.num_minibatches):
-                    mb_inds = torch.as_tensor(mb_inds, device=device)
-                    loss = torch.zeros((), device=device)
-                    if train_policy:
-                        logits, _ = policy(b_obs[mb_inds])
-                        probs = Categorical(logits=logits)
-                        newlogprob, entropy = probs.log_prob(b_actions[mb_inds]), probs.entropy()
-                        logratio = newlogprob - b_logprobs[mb_inds]
-                        ratio = logratio.exp()
-                        with torch.no_grad():
-                            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-                            old_approx_kl = (-logratio).mean()
-                            approx_kl = ((ratio - 1) - logratio).mean()
-                            clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
-                        mb_advantages = b_advantages[mb_inds]
-                        if not args.adv_norm_fullbatch:
-                            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-                        # clipped surrogate objective, Eq. (7), Schulman et al. 2017 (L^clip in PPG's Eq. 1)
-                        pg_loss1 = -mb_advantages * ratio
-                        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-                        entropy_loss = entropy.mean()
-                        loss = loss + pg_loss - args.ent_coef * entropy_loss
-                    if train_value:
-                        newvalue = value_net(b_obs[mb_inds])
-                        mb_returns, mb_values = b_returns[mb_inds], b_values[mb_inds]
-                        if args.clip_vloss:
-                            v_loss_unclipped = (newvalue - mb_returns) ** 2
-                            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                            v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
-                        else:
-                            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()  # L^value, Eq. (3), Cobbe et al. 2021
-                        loss = loss + args.vf_coef * v_loss
+            if "episode" in infos:
+                for i in np.nonzero(infos["_episode"])[0]:
+                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+                    progress.episode(infos["episode"]["r"][i])
 
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(params, args.max_grad_norm)
-                    optimizer.step()
-
-                if args.target_kl is not None and approx_kl > args.target_kl:
-                    break
-
-            y_pred, y_true = b_values[b_valid].cpu().numpy(), b_returns[b_valid].cpu().numpy()
-            var_y = np.var(y_true)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            sps = int(global_step / (time.time() - start_time))
-            writer.add_scalar("charts/SPS", sps, global_step)
-            print(f"phase {phase} iteration {iteration}/{num_iterations} global_step={global_step} SPS={sps}")
-
-            # keep the rollout for the auxiliary phase, with the value targets of this iteration
-            aux.store(phase_iteration, obs, returns, valid)
-
-        # AUXILIARY PHASE (Algorithm 1): first record pi_old on every stored observation, then E_aux epochs
-        # of distillation over minibatches of whole rollouts.
-        aux_start = time.time()
-        aux_inds = np.arange(aux.num_rollouts)
+        # advantages: every episode end counts as terminal (Procgen's time limit leaves no final obs to
+        # bootstrap from, see make_envs), so terminations = dones. The reset step that follows an end
+        # gets a (meaningless) advantage of its own, but dones[t] cuts the recursion before it can leak
+        # into the finished episode, and `valid` keeps it out of every loss.
         with torch.no_grad():
-            for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
-                rollouts = aux_inds[start : start + args.num_aux_rollouts]
-                m_obs = aux.batch(rollouts, device)[0]
-                aux.set_old_logits(rollouts, policy(m_obs)[0])
+            next_value = value_net(next_obs).reshape(1, -1)
+            next_values = torch.cat([values[1:], next_value], dim=0)
+            advantages, returns = compute_gae(
+                rewards, values, next_values, dones, dones, args.gamma, args.gae_lambda
+            )
 
-        chunk = args.num_aux_rollouts // args.n_aux_grad_accum
-        kl_sum = aux_value_sum = value_sum = 0.0
-        for aux_epoch in range(args.e_auxiliary):
-            np.random.shuffle(aux_inds)
-            for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
-                mb_rollouts = aux_inds[start : start + args.num_aux_rollouts]
-                mb_count = aux.valid[mb_rollouts].sum()
+        # flatten the batch: (num_steps * num_envs, ...)
+        b_obs = obs.reshape((-1,) + obs_shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape(-1)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+        b_valid = valid.reshape(-1)
+        if args.adv_norm_fullbatch:  # the PPG code normalizes once over the whole batch
+            real = b_advantages[b_valid]
+            b_advantages = (b_advantages - real.mean()) / (real.std() + 1e-8)
+
+        # optimize: E_pi epochs of the policy objective, E_V epochs of the value objective; one shared
+        # minibatch loop, each network's loss only while its epoch count lasts. Reset steps are dropped,
+        # so the minibatches split the real transitions into num_minibatches near-equal parts.
+        b_inds = np.nonzero(b_valid.cpu().numpy())[0]
+        clipfracs = []
+        pg_loss = v_loss = entropy_loss = old_approx_kl = approx_kl = torch.tensor(float("nan"))
+        for epoch in range(max(args.e_policy, args.v_value)):
+            train_policy, train_value = epoch < args.e_policy, epoch < args.v_value
+            np.random.shuffle(b_inds)
+            for mb_inds in np.array_split(b_inds, args.num_minibatches):
+                mb_inds = torch.as_tensor(mb_inds, device=device)
+                loss = torch.zeros((), device=device)
+                if train_policy:
+                    logits, _ = policy(b_obs[mb_inds])
+                    probs = Categorical(logits=logits, validate_args=False)
+                    newlogprob, entropy = probs.log_prob(b_actions[mb_inds]), probs.entropy()
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
+                    with torch.no_grad():
+                        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+                    mb_advantages = b_advantages[mb_inds]
+                    if not args.adv_norm_fullbatch:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    # clipped surrogate objective, Eq. (7), Schulman et al. 2017 (L^clip in PPG's Eq. 1)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    entropy_loss = entropy.mean()
+                    loss = loss + pg_loss - args.ent_coef * entropy_loss
+                if train_value:
+                    newvalue = value_net(b_obs[mb_inds])
+                    mb_returns, mb_values = b_returns[mb_inds], b_values[mb_inds]
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - mb_returns) ** 2
+                        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()  # L^value, Eq. (3), Cobbe et al. 2021
+                    loss = loss + args.vf_coef * v_loss
+
                 optimizer.zero_grad()
-                for c in range(0, args.num_aux_rollouts, chunk):
-                    m_obs, m_returns, m_old_logits, m_valid = aux.batch(mb_rollouts[c : c + chunk], device)
-                    logits, aux_values = policy(m_obs)
-                    new_values = value_net(m_obs)
-                    # each chunk's losses are sums over its observations divided by the whole minibatch's
-                    # count, so the accumulated gradient equals the minibatch mean's
-                    kl_loss, aux_value_loss, value_loss = aux_losses(
-                        logits, aux_values, new_values, m_old_logits, m_returns, m_valid, mb_count.to(device)
-                    )
-                    joint_loss = aux_value_loss + args.beta_clone * kl_loss  # L^joint, Eq. (2), Cobbe et al. 2021
-                    (joint_loss + value_loss).backward()
-                    if aux_epoch == args.e_auxiliary - 1:
-                        kl_sum += kl_loss.item()
-                        aux_value_sum += aux_value_loss.item()
-                        value_sum += value_loss.item()
+                loss.backward()
                 nn.utils.clip_grad_norm_(params, args.max_grad_norm)
                 optimizer.step()
 
-        # means over the minibatches of the last auxiliary epoch
-        writer.add_scalar("losses/aux_kl_loss", kl_sum / aux_minibatches, global_step)
-        writer.add_scalar("losses/aux_pi_value_loss", aux_value_sum / aux_minibatches, global_step)
-        writer.add_scalar("losses/aux_value_loss", value_sum / aux_minibatches, global_step)
-        sps = int(global_step / (time.time() - start_time))
-        print(f"phase {phase}: auxiliary phase took {time.time() - aux_start:.0f} s; SPS including it: {sps}")
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        y_pred, y_true = b_values[b_valid].cpu().numpy(), b_returns[b_valid].cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        # the losses come to the host once per iteration, for logging and for the non-finite check
+        losses = {
+            "losses/value_loss": v_loss.item(),
+            "losses/policy_loss": pg_loss.item(),
+            "losses/entropy": entropy_loss.item(),
+            "losses/old_approx_kl": old_approx_kl.item(),
+            "losses/approx_kl": approx_kl.item(),
+        }
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        for key, value in losses.items():
+            writer.add_scalar(key, value, global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        progress.update(global_step, sps)
+        if not progress.enabled:  # the progress line replaces these lines on a terminal
+            print(f"phase {phase} iteration {iteration}/{num_iterations} global_step={global_step} SPS={sps}")
+        # (the explained variance is left out: it is legitimately NaN when the returns have zero variance)
+        stop_if_non_finite(losses, iteration)
+
+        # keep the rollout for the auxiliary phase, with the value targets of this iteration
+        aux.store(phase_iteration, obs, returns, valid)
+
+        if phase_iteration == args.n_iteration - 1:
+            # AUXILIARY PHASE (Algorithm 1), part of the phase's last iteration: first record pi_old on every
+            # stored observation, then E_aux epochs of distillation over minibatches of whole rollouts.
+            aux_start = time.time()
+            aux_inds = np.arange(aux.num_rollouts)
+            with torch.no_grad():
+                for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
+                    rollouts = aux_inds[start : start + args.num_aux_rollouts]
+                    m_obs = aux.batch(rollouts, device)[0]
+                    aux.set_old_logits(rollouts, policy(m_obs)[0])
+
+            chunk = args.num_aux_rollouts // args.n_aux_grad_accum
+            kl_sum = aux_value_sum = value_sum = 0.0
+            for aux_epoch in range(args.e_auxiliary):
+                np.random.shuffle(aux_inds)
+                for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
+                    mb_rollouts = aux_inds[start : start + args.num_aux_rollouts]
+                    mb_count = aux.valid[mb_rollouts].sum()
+                    optimizer.zero_grad()
+                    for c in range(0, args.num_aux_rollouts, chunk):
+                        m_obs, m_returns, m_old_logits, m_valid = aux.batch(mb_rollouts[c : c + chunk], device)
+                        logits, aux_values = policy(m_obs)
+                        new_values = value_net(m_obs)
+                        # each chunk's losses are sums over its observations divided by the whole minibatch's
+                        # count, so the accumulated gradient equals the minibatch mean's
+                        kl_loss, aux_value_loss, value_loss = aux_losses(
+                            logits, aux_values, new_values, m_old_logits, m_returns, m_valid, mb_count.to(device)
+                        )
+                        joint_loss = aux_value_loss + args.beta_clone * kl_loss  # L^joint, Eq. (2), Cobbe et al. 2021
+                        (joint_loss + value_loss).backward()
+                        if aux_epoch == args.e_auxiliary - 1:
+                            kl_sum += kl_loss.item()
+                            aux_value_sum += aux_value_loss.item()
+                            value_sum += value_loss.item()
+                    nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+                    optimizer.step()
+
+            # means over the minibatches of the last auxiliary epoch
+            aux_logged = {
+                "losses/aux_kl_loss": kl_sum / aux_minibatches,
+                "losses/aux_pi_value_loss": aux_value_sum / aux_minibatches,
+                "losses/aux_value_loss": value_sum / aux_minibatches,
+            }
+            for key, value in aux_logged.items():
+                writer.add_scalar(key, value, global_step)
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            if not progress.enabled:
+                print(f"phase {phase}: auxiliary phase took {time.time() - aux_start:.0f} s; SPS including it: {sps}")
+            stop_if_non_finite(aux_logged, iteration)
+
+        # Checkpoints and signals are handled between iterations, the phase's last one after its auxiliary phase.
+        if iteration < num_iterations and args.save_model and (
+            stop.received or (args.checkpoint_frequency > 0 and iteration % args.checkpoint_frequency == 0)
+        ):
+            save_checkpoint(make_checkpoint(iteration, finished=False), checkpoint_path)
+        if iteration < num_iterations and stop.received:
+            progress.close()
+            saved = f"checkpoint saved to {checkpoint_path}" if args.save_model else "no --save-model, no checkpoint"
+            print(f"{stop.received}: stopped after global step {global_step}; {saved}")
+            envs.close()
+            writer.close()
+            raise SystemExit(0)
+    progress.close()
 
     if args.save_model:
-        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        save_checkpoint(make_checkpoint(num_iterations, finished=True), checkpoint_path)
         torch.save({"policy": policy.state_dict(), "value": value_net.state_dict()}, model_path)
         print(f"model saved to {model_path}")
         episodic_returns = evaluate(policy, envpool, env_id, args, device)
