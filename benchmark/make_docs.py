@@ -218,6 +218,9 @@ update frequencies; the mapping is written next to `SPECS` in the tool), alterna
 round. SPS: ours = last `charts/SPS`; SB3 = steps / wall time of `model.learn()`; both exclude imports and model
 construction and use one torch thread on CPU. Raw env = gymnasium `SyncVectorEnv` with the same number of envs and
 random actions, no learning: the ceiling for training SPS. Values are medians over the rounds.{missing_note}{load_note}
+With few rounds on a shared machine the ratios are uncertain by tens of percent (the per-round columns show the
+spread; an invocation under heavier load moved some ratios by more than that). The DQN, TD3 and SAC budgets include
+their learning-starts steps (10000 and 1000) of random actions without updates.
 
 Stable-Baselines3 lives in its own virtual environment (it is not a dependency of this project):
 
