@@ -553,11 +553,11 @@ class VideoRecorder:
     """Writes the first env's episodes to videos/{run_name} (on the capped cubic schedule of gymnasium's
     RecordVideo), from the 64x64 RGB observations themselves: envpool's vector env has no video wrapper."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, name_prefix: str = "rl-video"):
         from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
 
         self.folder, self.save, self.trigger = folder, save_video, capped_cubic_video_schedule
-        self.frames, self.episode = [], 0
+        self.name_prefix, self.frames, self.episode = name_prefix, [], 0
 
     def add(self, obs: np.ndarray, done: bool) -> None:
         """obs: (3, 64, 64) uint8 returned by a step; at an episode end it is already another level's frame."""
@@ -565,7 +565,8 @@ class VideoRecorder:
             self.frames.append(np.transpose(obs, (1, 2, 0)))
         else:
             if self.trigger(self.episode) and self.frames:
-                self.save(self.frames, self.folder, fps=15, episode_index=self.episode, episode_trigger=lambda _: True)
+                self.save(self.frames, self.folder, fps=15, name_prefix=self.name_prefix, episode_index=self.episode,
+                          episode_trigger=lambda _: True)
             self.frames, self.episode = [], self.episode + 1
 
 
@@ -886,7 +887,9 @@ if __name__ == "__main__":
     if args.save_model and env_state(envs)[0] is None:
         print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
               "a resumed run restarts its episodes")
-    video = VideoRecorder(f"videos/{run_name}") if args.capture_video else None
+    # a resumed run counts its episodes from 0 again: its own file names keep it from overwriting earlier videos
+    video_prefix = "rl-video" if checkpoint is None else f"rl-video-resumed-at-{global_step}"
+    video = VideoRecorder(f"videos/{run_name}", video_prefix) if args.capture_video else None
     reward_normalizer = RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
 
     policy = PolicyNetwork(obs_shape, n_actions).to(device)

@@ -3,7 +3,11 @@ auxiliary buffer's stored rollouts, SIGKILL and resume continue the same run, SI
 a non-finite resume keeps it, --eval-only, and bad input. Every run is a real subprocess on envpool's Procgen."""
 
 import math
+import os
+import pty
 import signal
+import subprocess
+import sys
 from dataclasses import asdict
 
 import numpy as np
@@ -13,9 +17,9 @@ import torch
 from cleanrl.ppg_procgen import Args as PPGArgs
 from cleanrl.ppg_procgen import AuxBuffer, RewardNormalizer
 from cleanrl.ppo import Args as PPOArgs
-from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir
+from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir
 from tests.test_lifecycle import kill_after_first_checkpoint, load, start, wait_for_checkpoint
-from tests.test_ppg_procgen import needs_procgen
+from tests.test_ppg_procgen import TINY, needs_procgen
 
 # 2 envs x 16 steps = 32 steps per iteration, one policy phase of 4 iterations (128 steps), then one auxiliary
 # phase over 8 rollouts in 4 minibatches: checkpoints after iterations 1-3 fall inside the policy phase.
@@ -143,6 +147,30 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), proc.stderr[-2000:]
     assert run_dirs(workdir) == []
+
+
+@needs_procgen
+def test_progress_line_on_a_terminal_replaces_the_iteration_lines(workdir):
+    """TINY: 2 iterations of 32 steps and one auxiliary phase; stderr is a terminal, stdout a pipe."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cleanrl" / "ppg_procgen.py"), *TINY], cwd=workdir,
+                            env=script_env(), stdout=subprocess.PIPE, stderr=follower, text=True)  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    stdout = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0
+    shown = b"".join(chunks).decode(errors="replace")
+    assert "\r64/64 steps (100%) |" in shown and " SPS | return " in shown
+    assert "phase 1 iteration" not in stdout and "auxiliary phase took" not in stdout
 
 
 def test_aux_buffer_state_round_trip_holds_only_the_stored_iterations():
