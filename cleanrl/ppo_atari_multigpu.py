@@ -13,17 +13,27 @@ Run:
     # two machines with 4 GPUs each; run on both, --node-rank 0 on the machine at HOST, 1 on the other
     torchrun --nnodes=2 --nproc_per_node=4 --node-rank=R --master-addr=HOST --master-port=29500 \\
         cleanrl/ppo_atari_multigpu.py --env-id BeamRiderNoFrameskip-v4 --num-envs 32 --total-timesteps 100000000
+    # long jobs: checkpoints, and up to 3 automatic restarts that continue from the last one (docs/distributed.md)
+    torchrun --standalone --nnodes=1 --nproc_per_node=2 --max-restarts=3 cleanrl/ppo_atari_multigpu.py \\
+        --env-id BreakoutNoFrameskip-v4 --save-model --checkpoint-frequency 50 --resume auto
     python cleanrl/ppo_atari_multigpu.py --help
 """
 
+import glob
 import hashlib
+import math
 import os
+import pickle
 import random
+import signal
+import sys
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import asdict, dataclass, replace
 from typing import Literal, NoReturn, Optional
 
 import ale_py
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
@@ -61,6 +71,16 @@ class Args:
     eval_episodes: int = 10
     """number of episodes of the evaluation that follows --save-model"""
     # [/shared:common-args]
+    # [shared:lifecycle-args] source: cleanrl/ppo.py
+    checkpoint_frequency: int = 0
+    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
+    eval_only: Optional[str] = None
+    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
+    progress: bool = True
+    """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
+    # [/shared:lifecycle-args]
     eval_max_frames: Optional[int] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
 
@@ -147,6 +167,276 @@ def start_logging(args, run_name: str) -> SummaryWriter:
     )
     return writer
 # [/shared:run-setup]
+
+
+# [shared:lifecycle] source: cleanrl/ppo.py
+# Saving, resuming, stopping and watching a run; docs/saving-resuming.md says what each piece guarantees.
+# A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
+# made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
+# script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
+ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
+                     "wandb_project_name", "wandb_entity")
+
+
+def checkpoint_path_of(path: str) -> str:
+    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "checkpoint.pt")
+    if not os.path.isfile(path):
+        fail(f"no checkpoint at {path}")
+    return path
+
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """Read a checkpoint on the CPU and check that this script wrote it."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
+    if found != script:
+        fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
+    return checkpoint
+
+
+def find_resume_checkpoint(args) -> Optional[dict]:
+    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
+
+    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
+    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
+    if that run has finished, there is nothing to do and the process exits 0.
+    """
+    script = os.path.basename(__file__)
+    if args.resume is None:
+        return None
+    if args.resume == "auto":
+        found = glob.glob(os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__*", "checkpoint.pt"))
+        if not found:
+            return None
+        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
+        checkpoint = load_checkpoint(newest, script)
+        if checkpoint["finished"]:
+            # a restart after the run ended (say, during the final evaluation) must not train it again
+            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
+            raise SystemExit(0)
+        return checkpoint
+    path = checkpoint_path_of(args.resume)
+    checkpoint = load_checkpoint(path, script)
+    if checkpoint["finished"]:
+        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
+    return checkpoint
+
+
+def resumed_args(args_cls, checkpoint: dict):
+    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
+
+    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
+    budget or learning rate would not continue the same run, so they fail in one line.
+    """
+    try:
+        saved = args_cls(**checkpoint["args"])
+    except TypeError as e:
+        fail(f"the checkpoint's flags do not fit this script's: {e}")
+    args = tyro.cli(args_cls, default=saved)
+    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
+    if changed:
+        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
+                                          for k in changed) + " when resuming")
+    return args
+
+
+def reopen_logging(args, run_name: str, purge_step: int) -> SummaryWriter:
+    """A resumed run logs on in its own TensorBoard directory. purge_step makes TensorBoard drop the events
+    the interrupted process logged at steps >= purge_step (after its last checkpoint), so curves do not overlap.
+    With --track the resumed process is a new W&B run of the same name."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    return SummaryWriter(f"runs/{run_name}", purge_step=purge_step)
+
+
+def rng_state() -> dict:
+    """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": random.getstate(),
+        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
+        "numpy_pos": int(np_state["state"]["pos"]),
+        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state({
+        "bit_generator": "MT19937",
+        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
+        "has_gauss": state["numpy_gauss"][0],
+        "gauss": state["numpy_gauss"][1],
+    })
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def vector_layers(envs: gym.vector.VectorEnv) -> list:
+    """The vector wrappers from the outside in, then the vector env itself."""
+    layers = [envs]
+    while isinstance(layers[-1], gym.vector.VectorWrapper):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
+    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
+
+    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
+    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
+    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
+    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
+    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
+    """
+    layers = vector_layers(envs)
+    if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
+        return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
+    for sub_env in layers[-1].envs:
+        if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
+            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
+    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
+    # the result loads with plain pickle.
+    try:
+        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
+        return cloudpickle.dumps(state), ""
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        return None, f"pickling failed: {e}"
+
+
+def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
+    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
+    layers = vector_layers(envs)
+    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
+        for sub_env in layers[-1].envs:
+            sub_env.close()
+    for layer, saved in zip(layers, pickle.loads(state), strict=True):
+        vars(layer).update(saved)
+
+
+def checkpoint_common(args, run_name: str, iteration: int, global_step: int, finished: bool, envs) -> dict:
+    """The entries every script's checkpoint has; the script adds its networks, optimizers and statistics."""
+    return {
+        "script": os.path.basename(__file__),
+        "args": asdict(args),
+        "run_name": run_name,
+        "iteration": iteration,
+        "global_step": global_step,
+        "finished": finished,
+        "rng": rng_state(),
+        "envs": env_state(envs)[0],
+    }
+
+
+def save_checkpoint(checkpoint: dict, path: str) -> None:
+    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
+    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(checkpoint, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
+    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
+
+    Called once per update, never per step: all parameters are checked by one isfinite over their
+    concatenation with one host sync; only when that fails are they searched one by one for the name.
+    """
+    for name, value in losses.items():
+        if not math.isfinite(value):
+            return f"{name} ({value})"
+    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
+    if bool(torch.isfinite(torch.cat(params)).all()):
+        return None
+    for module_name, module in modules.items():
+        for name, p in module.named_parameters():
+            if not bool(torch.isfinite(p).all()):
+                return f"parameter {module_name}.{name}"
+    return "a parameter"
+
+
+class StopSignal:
+    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
+    training loop reads it at its next safe point (the end of an update), saves a checkpoint and exits 0.
+    A second signal stops at once with the default action."""
+
+    def __init__(self):
+        self.received: Optional[str] = None
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        self.received = signal.Signals(signum).name
+
+
+class Progress:
+    """One self-rewriting line on stderr: steps, SPS and the mean of the last 20 episodic returns. Drawn only
+    on an interactive terminal and without --no-progress, at most 4 times a second, so it can be called every step."""
+
+    def __init__(self, total_steps: int, disabled: bool):
+        self.total_steps = total_steps
+        self.enabled = not disabled and sys.stderr.isatty()
+        self.returns = deque(maxlen=20)
+        self.last_draw = 0.0
+
+    def episode(self, episodic_return: float) -> None:
+        self.returns.append(float(episodic_return))
+
+    def update(self, global_step: int, sps: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last_draw < 0.25 and global_step < self.total_steps):
+            return
+        self.last_draw = now
+        recent = f"{np.mean(self.returns):.1f}" if self.returns else "-"
+        percent = 100 * global_step // self.total_steps
+        sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | return {recent}  ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.last_draw:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+def check_lifecycle_args(args) -> None:
+    if args.checkpoint_frequency < 0:
+        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
+    if args.checkpoint_frequency > 0 and not args.save_model:
+        fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
+
+
+def saved_model_path(path: str) -> str:
+    """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
+    if os.path.isdir(path):
+        candidates = [os.path.join(path, "checkpoint.pt")] + sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
+        path = next((c for c in candidates if os.path.isfile(c)), candidates[0])
+    if not os.path.isfile(path):
+        fail(f"no saved model at {path}")
+    return path
+# [/shared:lifecycle]
 
 
 def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
@@ -299,6 +589,46 @@ def parameter_checksum(module: nn.Module) -> str:
         h.update(p.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
 
+
+
+def resume_on_every_rank(args: Args, rank: int, world_size: int) -> Optional[dict]:
+    """--resume for all ranks alike: rank 0 alone resolves it (`auto`: the newest run of this env/exp/seed) and
+    broadcasts the outcome, then every rank loads that same checkpoint from the shared runs/ directory.
+
+    All ranks also end alike: a bad --resume fails on rank 0 with its one-line error (exit 1 on every rank),
+    and a finished run (`auto` restarted after the end) exits 0 on every rank, so torchrun does not restart it.
+    Run directories name ALE/ ids with a "-" (a "/" would nest them), so `auto` looks for that name.
+    """
+    outcome: list = [None]
+    checkpoint = None
+    if rank == 0:
+        try:
+            checkpoint = find_resume_checkpoint(replace(args, env_id=args.env_id.replace("/", "-")))
+            if checkpoint is None:
+                outcome = [("fresh", None)]
+            elif args.resume == "auto":
+                outcome = [("load", os.path.join("runs", checkpoint["run_name"], "checkpoint.pt"))]
+            else:
+                outcome = [("load", checkpoint_path_of(args.resume))]
+        except SystemExit as e:
+            outcome = [("exit", e.code)]
+    if world_size > 1:
+        dist.broadcast_object_list(outcome, src=0)
+    kind, value = outcome[0]
+    if kind == "exit":
+        raise SystemExit(value if rank == 0 else (0 if value in (0, None) else 1))
+    if kind == "fresh":
+        return None
+    return checkpoint if rank == 0 else load_checkpoint(value, os.path.basename(__file__))
+
+
+def gather_per_rank(obj, world_size: int) -> list:
+    """[rank 0's obj, rank 1's obj, ...] on every rank (the RNG and env states that go into a checkpoint)."""
+    if world_size == 1:
+        return [obj]
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
 
 
 # [shared:atari-env] source: cleanrl/ppo_atari.py
@@ -560,7 +890,9 @@ class Agent(nn.Module):
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
         hidden = self.features(x)
-        probs = Categorical(logits=self.actor(hidden))
+        # No argument validation: it would stop a diverged run with a traceback inside the update, before
+        # the once-per-update non-finite check can name the step and the quantity (and it costs time).
+        probs = Categorical(logits=self.actor(hidden), validate_args=False)
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
@@ -615,27 +947,102 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
     return returns[: args.eval_episodes]
 
 
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    rank, local_rank, node_rank, world_size = distributed_env()
-    # Everything that can be wrong with the input is checked before the run directory exists. Every rank
-    # checks the same flags, so all ranks fail alike, before any of them waits for the others.
-    envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
-    atari_emulator_settings(args.env_id)
+def evaluate_saved(args: Args) -> list[float]:
+    """--eval-only: evaluate a saved model without creating a run directory.
+
+    A checkpoint (or a run directory holding one) brings its own env id; a bare .cleanrl_model, which holds
+    only the network's state dict, is evaluated on --env-id. --env-backend, --eval-max-frames, --seed and
+    --capture-video come from the command line. Videos go to videos/{name}-eval.
+    """
+    path = saved_model_path(args.eval_only)
+    if path.endswith(".cleanrl_model"):
+        try:
+            state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+            fail(f"cannot read model {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    else:
+        checkpoint = load_checkpoint(path, os.path.basename(__file__))
+        state_dict, name = checkpoint["agent"], checkpoint["run_name"]
+        args.env_id = checkpoint["args"]["env_id"]
+    if args.eval_episodes < 1:
+        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
+    if args.eval_max_frames is not None and args.eval_max_frames < 1:
+        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
     if args.env_backend not in ATARI_BACKENDS:
         fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+    atari_emulator_settings(args.env_id)
+    probe = make_atari_envs(args.env_id, 1, args.env_backend)
+    agent = Agent(int(probe.single_action_space.n))
+    probe.close()
+    try:
+        agent.load_state_dict(state_dict)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        fail(f"{path} does not hold a {os.path.basename(__file__)} model for {args.env_id}: {str(e).splitlines()[0]}")
+    seed_everything(args.seed, args.torch_deterministic)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    return evaluate(agent.to(device), args, name, device)
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    if args.eval_only is not None:
+        # evaluation runs in this one process (no process group), even under torchrun
+        episodic_returns = evaluate_saved(args)
+        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} "
+              f"over {len(episodic_returns)} episodes of {args.env_id}")
+        raise SystemExit(0)
+    rank, local_rank, node_rank, world_size = distributed_env()
+    # Everything that can be wrong with the input is checked before the run directory exists. Every rank
+    # checks the same flags, so all ranks fail alike, before any of them waits for the others. A run resumed
+    # from a path takes its flags from the checkpoint, so they are checked once it is loaded (below).
+    check_lifecycle_args(args)
+    if args.resume is None or args.resume == "auto":
+        derive_sizes(args, world_size)
+        atari_emulator_settings(args.env_id)
+        if args.env_backend not in ATARI_BACKENDS:
+            fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
     device = pick_device(args, local_rank)
     backend = pick_backend(args, device)
     if world_size > 1:
-        # rendezvous at MASTER_ADDR:MASTER_PORT (set by torchrun); blocks until all WORLD_SIZE ranks joined
+        # rendezvous at MASTER_ADDR:MASTER_PORT (set by torchrun); blocks until all WORLD_SIZE ranks joined.
+        # torchrun keeps one key-value store for all restarts of a job, where the ranks publish their addresses;
+        # without a prefix per restart, a restarted rank can read a dead rank's address from the failed attempt
+        # and fail to connect (seen here with gloo after --max-restarts restarted a killed rank).
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size))
+        store = dist.PrefixStore(f"restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
         dist.init_process_group(
-            backend=backend, rank=rank, world_size=world_size, device_id=device if device.type == "cuda" else None
+            backend=backend, store=store, rank=rank, world_size=world_size,
+            device_id=device if device.type == "cuda" else None,
         )
     try:
-        # ALE/ ids would make a nested run directory
-        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        checkpoint = resume_on_every_rank(args, rank, world_size)
+        if checkpoint is not None:
+            args = resumed_args(Args, checkpoint)
+            check_lifecycle_args(args)
+            if len(checkpoint["rng"]) != world_size:
+                fail(f"the checkpoint was written by {len(checkpoint['rng'])} ranks; resume it with as many, "
+                     f"not {world_size}")
+        envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
+        atari_emulator_settings(args.env_id)
+        if args.env_backend not in ATARI_BACKENDS:
+            fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
         # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
-        writer = start_logging(args, run_name) if rank == 0 else None
+        writer = None
+        if checkpoint is None:
+            # ALE/ ids would make a nested run directory
+            run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+            if rank == 0:
+                writer = start_logging(args, run_name)
+        else:
+            # the same run: same directory, TensorBoard log continued after the checkpoint's step
+            run_name = checkpoint["run_name"]
+            if rank == 0:
+                writer = reopen_logging(args, run_name, purge_step=checkpoint["global_step"] + 1)
+                print(f"resuming {run_name} after iteration {checkpoint['iteration']} "
+                      f"(global step {checkpoint['global_step']})")
 
         # Distinct seeds per rank: rank r's python/numpy/torch streams (action sampling, minibatch order) start
         # from seed + r, and its envs get seeds seed + r * envs_per_rank + i, so over all ranks the envs are
@@ -661,6 +1068,11 @@ if __name__ == "__main__":
         # Every rank drew its own random init (seeded differently); rank 0's becomes everyone's.
         broadcast_parameters(agent, world_size)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        if args.save_model and rank == 0:
+            # Neither backend's state can be saved: ale-py's vector env is C++, and gymnasium's AtariEnv pickles
+            # by re-construction. env_state says which, and the checkpoint's "envs" holds None for every rank.
+            print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
+                  "a resumed run restarts its games")
 
         # storage of this rank: (num_steps, envs_per_rank, ...)
         # frames stay uint8 (4x less memory than float), the network scales them
@@ -674,15 +1086,47 @@ if __name__ == "__main__":
         final_values = torch.zeros((args.num_steps, envs_per_rank), device=device)
         truncated = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.bool, device=device)
 
-        # global_step counts the environment steps of ALL ranks, which step in lockstep
-        global_step = 0
         rank_games = 0  # games finished on this rank's envs, for the last line it prints
-        start_time = time.time()
-        next_obs, _ = envs.reset(seed=env_seed)
-        envs.action_space.seed(env_seed)
+        if checkpoint is None:
+            # global_step counts the environment steps of ALL ranks, which step in lockstep
+            start_iteration, global_step = 1, 0
+            next_obs, _ = envs.reset(seed=env_seed)
+            envs.action_space.seed(env_seed)
+        else:
+            # Every rank loads the same weights and optimizer state, so the replicas are identical again.
+            # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
+            agent.load_state_dict(checkpoint["agent"])
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
+            # The games in progress at the checkpoint are dropped (never logged): new games start here, from
+            # reset seeds not used before. Only the environment trajectories differ from an uninterrupted run.
+            next_obs, _ = envs.reset(seed=env_seed + global_step)
+            envs.action_space.seed(env_seed + global_step)
+            # Last, so this rank's generators continue exactly where the interrupted run left them.
+            set_rng_state(checkpoint["rng"][rank])
         next_obs = torch.as_tensor(next_obs, device=device)
 
-        for iteration in range(1, num_iterations + 1):
+        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        checkpoint_path = f"runs/{run_name}/checkpoint.pt"
+
+        def save_checkpoint_from_rank_0(iteration: int, finished: bool) -> None:
+            """Called on every rank (the RNG states of all ranks are gathered); rank 0 alone writes the file.
+            The learning-rate schedule is a function of the iteration, so the iteration is its whole state."""
+            rngs = gather_per_rank(rng_state(), world_size)
+            env_states = gather_per_rank(env_state(envs)[0], world_size)
+            if rank == 0:
+                common = checkpoint_common(args, run_name, iteration, global_step, finished, envs)
+                save_checkpoint(common | {
+                    "rng": rngs,
+                    "envs": env_states,
+                    "agent": agent.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                }, checkpoint_path)
+
+        stop = StopSignal()
+        progress = Progress(num_iterations * args.num_envs * args.num_steps, not args.progress or rank != 0)
+        start_time, start_step = time.time(), global_step
+        for iteration in range(start_iteration, num_iterations + 1):
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / num_iterations
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -720,6 +1164,7 @@ if __name__ == "__main__":
                     # whole games, real (unclipped) score over all lives
                     for i in np.nonzero(infos["_episode"])[0]:
                         episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+                        progress.episode(infos["episode"]["r"][i])
 
             # the games of all ranks, logged by rank 0 (one collective per rollout, not per step)
             rank_games += len(episodes)
@@ -804,7 +1249,9 @@ if __name__ == "__main__":
             var_y = np.var(y_true)
             explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-            # the last minibatch's statistics, averaged over ranks in one all-reduce
+            # the last minibatch's statistics, averaged over ranks in one all-reduce, with this rank's stop flag:
+            # its mean is > 0 when any rank got SIGINT/SIGTERM, so all ranks stop after the same update and none
+            # is left waiting in a collective
             logged = torch.stack(
                 [
                     v_loss.detach(),
@@ -814,26 +1261,63 @@ if __name__ == "__main__":
                     approx_kl,
                     torch.stack(clipfracs).mean(),
                     torch.tensor(explained_var, dtype=torch.float32, device=device),
+                    torch.tensor(float(stop.received is not None), device=device),
                 ]
             )
             logged = mean_over_ranks(logged, world_size).tolist()
+            stopping = logged[7] > 0
+            losses = {
+                "losses/value_loss": logged[0],
+                "losses/policy_loss": logged[1],
+                "losses/entropy": logged[2],
+                "losses/old_approx_kl": logged[3],
+                "losses/approx_kl": logged[4],
+            }
             if rank == 0:
                 writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                writer.add_scalar("losses/value_loss", logged[0], global_step)
-                writer.add_scalar("losses/policy_loss", logged[1], global_step)
-                writer.add_scalar("losses/entropy", logged[2], global_step)
-                writer.add_scalar("losses/old_approx_kl", logged[3], global_step)
-                writer.add_scalar("losses/approx_kl", logged[4], global_step)
+                for key, value in losses.items():
+                    writer.add_scalar(key, value, global_step)
                 writer.add_scalar("losses/clipfrac", logged[5], global_step)
                 writer.add_scalar("losses/explained_variance", logged[6], global_step)
                 writer.add_scalar("charts/update_epochs", epoch + 1, global_step)
                 # global steps (all ranks) per second of rank 0's wall clock
-                sps = int(global_step / (time.time() - start_time))
+                sps = int((global_step - start_step) / (time.time() - start_time))
                 writer.add_scalar("charts/SPS", sps, global_step)
-                print(f"global_step={global_step}, SPS={sps}")
+                progress.update(global_step, sps)
+                if not progress.enabled:
+                    print(f"global_step={global_step}, SPS={sps}")
 
+            # Checked before any save, so a checkpoint never holds NaN or inf. The losses are the rank-averaged
+            # ones and the replicas' parameters are identical, so every rank finds the same answer without a
+            # collective and all stop together. (The explained variance may legitimately be NaN.)
+            problem = find_non_finite(losses, {"agent": agent})
+            if problem is not None:
+                progress.close()
+                if writer is not None:
+                    writer.close()
+                if rank != 0:
+                    raise SystemExit(1)
+                fail(f"non-finite {problem} at global step {global_step} (iteration {iteration}); "
+                     "stopped without saving, so the last good checkpoint is kept")
+            if iteration < num_iterations and args.save_model and (
+                stopping or (args.checkpoint_frequency > 0 and iteration % args.checkpoint_frequency == 0)
+            ):
+                save_checkpoint_from_rank_0(iteration, finished=False)
+            if iteration < num_iterations and stopping:
+                progress.close()
+                if rank == 0:
+                    saved = f"checkpoint saved to {checkpoint_path}" if args.save_model else "no --save-model, no checkpoint"
+                    print(f"{stop.received or 'a signal to another rank'}: stopped after global step {global_step}; "
+                          f"{saved}", flush=True)
+                envs.close()
+                if writer is not None:
+                    writer.close()
+                raise SystemExit(0)
+        progress.close()
+
+        if args.save_model:
+            save_checkpoint_from_rank_0(num_iterations, finished=True)
         if args.save_model and rank == 0:
-            model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
             torch.save(agent.state_dict(), model_path)
             print(f"model saved to {model_path}")
             episodic_returns = evaluate(agent, args, run_name, device)
