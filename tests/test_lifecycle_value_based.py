@@ -161,3 +161,29 @@ def test_dqn_non_finite_stops_naming_step_and_quantity_and_keeps_the_checkpoint(
     assert "stopped without saving, so the last good checkpoint is kept" in last
     assert checkpoint_path.read_bytes() == before
 
+
+@pytest.mark.parametrize("script", ["dqn_atari.py", "c51_atari.py"])
+def test_atari_killed_and_resumed_with_the_frame_memory(workdir, script):
+    pytest.importorskip("ale_py", reason="optional dependency ale-py is not installed")
+    command = [*ATARI_SMALL, "--save-model", "--save-buffer", "--checkpoint-frequency", "25", "--resume", "auto"]
+    checkpoint = kill_after_first_checkpoint(script, command, workdir)
+    # the games' state is not saved; the frame memory is, with its bookkeeping and its sampling Generator
+    assert checkpoint["envs"] is None and checkpoint["updates"] == 25 and checkpoint["global_step"] == 200
+    memory = checkpoint["replay_buffer"]
+    assert memory["frames"].dtype == torch.uint8 and memory["written"].sum().item() >= 200
+    proc = run_script(script, *command, cwd=workdir)
+    assert "the environments' state cannot be saved" in proc.stdout
+    assert "after iteration 200 (global step 200)" in proc.stdout
+    run_dir = single_run_dir(workdir)
+    assert run_dir.name == checkpoint["run_name"]
+    final = load(run_dir / "checkpoint.pt")
+    # the memory came back, so learning went on at once: (400 - 100) / 4 gradient steps over the whole run
+    assert final["finished"] and final["global_step"] == 400 and final["updates"] == 75
+    loss_key = "losses/td_loss" if script == "dqn_atari.py" else "losses/loss"
+    assert [s for s, _ in read_scalars(run_dir)[loss_key]] == [200, 300, 400]
+    assert (run_dir / script.replace(".py", ".cleanrl_model")).exists()
+    if script == "dqn_atari.py":
+        evaluated = run_script(script, "--eval-only", str(run_dir), "--eval-episodes", "1", "--eval-max-frames",
+                               "2000", cwd=workdir)
+        assert "over 1 episodes of BreakoutNoFrameskip-v4" in evaluated.stdout
+        assert run_dirs(workdir) == [run_dir]
