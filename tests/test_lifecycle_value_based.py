@@ -4,7 +4,11 @@ non-finite stop (docs/saving-resuming.md). Every run is a real subprocess."""
 
 import json
 import math
+import os
+import pty
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -13,7 +17,7 @@ import torch
 from gymnasium.spaces import Box, Discrete
 
 from cleanrl.dqn import ReplayBuffer, buffer_state, generator_state, load_buffer_state, set_generator_state
-from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir
+from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir
 from tests.test_lifecycle import kill_after_first_checkpoint, load, start, wait_for_checkpoint
 
 # CartPole, 2000 steps, learning from step 501 with a gradient step every 10 steps (150 updates, losses logged
@@ -140,7 +144,7 @@ def test_eval_only_on_a_saved_dqn(workdir):
     line = [ln for ln in by_dir.stdout.splitlines() if ln.startswith("eval: mean return")]
     assert line and line[0].endswith("over 3 episodes of CartPole-v1")
     # the evaluation's epsilon-greedy Generator and envs are seeded, so both give the same episodes
-    assert line[0] == [ln for ln in by_file.stdout.splitlines() if ln.startswith("eval: mean return")][0]
+    assert line[0] == next(ln for ln in by_file.stdout.splitlines() if ln.startswith("eval: mean return"))
     assert run_dirs(workdir) == [run_dir], "evaluation must not create a run"
     wrong = run_script("c51.py", "--eval-only", str(run_dir), cwd=workdir, check=False)
     assert wrong.returncode == 1 and "is not a checkpoint of c51.py (it was written by dqn.py)" in wrong.stderr
@@ -187,3 +191,63 @@ def test_atari_killed_and_resumed_with_the_frame_memory(workdir, script):
                                "2000", cwd=workdir)
         assert "over 1 episodes of BreakoutNoFrameskip-v4" in evaluated.stdout
         assert run_dirs(workdir) == [run_dir]
+
+
+def test_dqn_progress_line_only_on_a_terminal(workdir):
+    args = [str(ROOT / "cleanrl" / "dqn.py"), "--total-timesteps", "300", "--learning-starts", "100", "--batch-size",
+            "16"]
+
+    def stderr_on_a_terminal(*extra: str) -> str:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen([sys.executable, *args, *extra], cwd=workdir, env=script_env(),
+                                stdout=subprocess.DEVNULL, stderr=follower)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        assert proc.wait(timeout=120) == 0
+        return b"".join(chunks).decode(errors="replace")
+
+    shown = stderr_on_a_terminal()
+    assert "\r300/300 steps (100%) |" in shown and " SPS | return " in shown
+    assert "steps (" not in stderr_on_a_terminal("--no-progress")
+
+
+SAVE_BUFFER_ERROR = "error: --save-buffer puts the replay memory into checkpoints, which needs --save-model"
+
+
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        ("dqn.py", ["--save-buffer"], SAVE_BUFFER_ERROR),
+        ("dqn_atari.py", ["--save-buffer"], SAVE_BUFFER_ERROR),
+        ("c51_atari.py", ["--resume", "runs/nowhere"], "error: no checkpoint at runs/nowhere"),
+    ],
+)
+def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir, script, args, message):
+    proc = run_script(script, *args, cwd=workdir, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr[-2000:]
+    assert not (workdir / "runs").exists()
+
+
+def test_resume_refuses_to_change_the_run(workdir):
+    run_script("dqn.py", "--total-timesteps", "300", "--learning-starts", "100", "--batch-size", "16", "--save-model",
+               "--save-buffer", "--eval-episodes", "1", "--no-progress", cwd=workdir)
+    run_dir = single_run_dir(workdir)
+    checkpoint = load(run_dir / "checkpoint.pt")
+    assert checkpoint["finished"] and checkpoint["replay_buffer"]["pos"] == 300
+    checkpoint["finished"] = False  # as if stopped at the end
+    torch.save(checkpoint, run_dir / "checkpoint.pt")
+    proc = run_script("dqn.py", "--resume", str(run_dir), "--seed", "2", "--learning-rate", "0.1", cwd=workdir,
+                      check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == ("error: cannot change --seed (the checkpoint has 1), "
+                                                    "--learning-rate (the checkpoint has 0.00025) when resuming")
