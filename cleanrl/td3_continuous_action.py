@@ -11,12 +11,20 @@ Run:
     python cleanrl/td3_continuous_action.py --help
 """
 
+import glob
+import json
+import math
 import os
+import pickle
 import random
+import signal
+import sys
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import asdict, dataclass
 from typing import NamedTuple, NoReturn, Optional
 
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
@@ -51,6 +59,16 @@ class Args:
     eval_episodes: int = 10
     """number of episodes of the evaluation that follows --save-model"""
     # [/shared:common-args]
+    # [shared:lifecycle-args] source: cleanrl/ppo.py
+    checkpoint_frequency: int = 0
+    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
+    eval_only: Optional[str] = None
+    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
+    progress: bool = True
+    """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
+    # [/shared:lifecycle-args]
 
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v5"
@@ -81,6 +99,8 @@ class Args:
     """the std of the target policy smoothing noise, as a fraction of the half-range of each action"""
     noise_clip: float = 0.5
     """the smoothing noise is clipped to +-noise_clip, as a fraction of the half-range of each action"""
+    save_buffer: bool = False
+    """with --save-model, also save the replay buffer in checkpoints so resume is exact"""
 
 
 # [shared:run-setup] source: cleanrl/ppo.py
@@ -124,6 +144,276 @@ def start_logging(args, run_name: str) -> SummaryWriter:
     )
     return writer
 # [/shared:run-setup]
+
+
+# [shared:lifecycle] source: cleanrl/ppo.py
+# Saving, resuming, stopping and watching a run; docs/saving-resuming.md says what each piece guarantees.
+# A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
+# made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
+# script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
+ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
+                     "wandb_project_name", "wandb_entity")
+
+
+def checkpoint_path_of(path: str) -> str:
+    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "checkpoint.pt")
+    if not os.path.isfile(path):
+        fail(f"no checkpoint at {path}")
+    return path
+
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """Read a checkpoint on the CPU and check that this script wrote it."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
+    if found != script:
+        fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
+    return checkpoint
+
+
+def find_resume_checkpoint(args) -> Optional[dict]:
+    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
+
+    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
+    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
+    if that run has finished, there is nothing to do and the process exits 0.
+    """
+    script = os.path.basename(__file__)
+    if args.resume is None:
+        return None
+    if args.resume == "auto":
+        found = glob.glob(os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__*", "checkpoint.pt"))
+        if not found:
+            return None
+        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
+        checkpoint = load_checkpoint(newest, script)
+        if checkpoint["finished"]:
+            # a restart after the run ended (say, during the final evaluation) must not train it again
+            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
+            raise SystemExit(0)
+        return checkpoint
+    path = checkpoint_path_of(args.resume)
+    checkpoint = load_checkpoint(path, script)
+    if checkpoint["finished"]:
+        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
+    return checkpoint
+
+
+def resumed_args(args_cls, checkpoint: dict):
+    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
+
+    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
+    budget or learning rate would not continue the same run, so they fail in one line.
+    """
+    try:
+        saved = args_cls(**checkpoint["args"])
+    except TypeError as e:
+        fail(f"the checkpoint's flags do not fit this script's: {e}")
+    args = tyro.cli(args_cls, default=saved)
+    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
+    if changed:
+        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
+                                          for k in changed) + " when resuming")
+    return args
+
+
+def reopen_logging(args, run_name: str, purge_step: int) -> SummaryWriter:
+    """A resumed run logs on in its own TensorBoard directory. purge_step makes TensorBoard drop the events
+    the interrupted process logged at steps >= purge_step (after its last checkpoint), so curves do not overlap.
+    With --track the resumed process is a new W&B run of the same name."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    return SummaryWriter(f"runs/{run_name}", purge_step=purge_step)
+
+
+def rng_state() -> dict:
+    """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": random.getstate(),
+        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
+        "numpy_pos": int(np_state["state"]["pos"]),
+        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state({
+        "bit_generator": "MT19937",
+        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
+        "has_gauss": state["numpy_gauss"][0],
+        "gauss": state["numpy_gauss"][1],
+    })
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def vector_layers(envs: gym.vector.VectorEnv) -> list:
+    """The vector wrappers from the outside in, then the vector env itself."""
+    layers = [envs]
+    while isinstance(layers[-1], gym.vector.VectorWrapper):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
+    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
+
+    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
+    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
+    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
+    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
+    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
+    """
+    layers = vector_layers(envs)
+    if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
+        return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
+    for sub_env in layers[-1].envs:
+        if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
+            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
+    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
+    # the result loads with plain pickle.
+    try:
+        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
+        return cloudpickle.dumps(state), ""
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        return None, f"pickling failed: {e}"
+
+
+def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
+    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
+    layers = vector_layers(envs)
+    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
+        for sub_env in layers[-1].envs:
+            sub_env.close()
+    for layer, saved in zip(layers, pickle.loads(state), strict=True):
+        vars(layer).update(saved)
+
+
+def checkpoint_common(args, run_name: str, iteration: int, global_step: int, finished: bool, envs) -> dict:
+    """The entries every script's checkpoint has; the script adds its networks, optimizers and statistics."""
+    return {
+        "script": os.path.basename(__file__),
+        "args": asdict(args),
+        "run_name": run_name,
+        "iteration": iteration,
+        "global_step": global_step,
+        "finished": finished,
+        "rng": rng_state(),
+        "envs": env_state(envs)[0],
+    }
+
+
+def save_checkpoint(checkpoint: dict, path: str) -> None:
+    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
+    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(checkpoint, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
+    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
+
+    Called once per update, never per step: all parameters are checked by one isfinite over their
+    concatenation with one host sync; only when that fails are they searched one by one for the name.
+    """
+    for name, value in losses.items():
+        if not math.isfinite(value):
+            return f"{name} ({value})"
+    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
+    if bool(torch.isfinite(torch.cat(params)).all()):
+        return None
+    for module_name, module in modules.items():
+        for name, p in module.named_parameters():
+            if not bool(torch.isfinite(p).all()):
+                return f"parameter {module_name}.{name}"
+    return "a parameter"
+
+
+class StopSignal:
+    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
+    training loop reads it at its next safe point (the end of an update), saves a checkpoint and exits 0.
+    A second signal stops at once with the default action."""
+
+    def __init__(self):
+        self.received: Optional[str] = None
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        self.received = signal.Signals(signum).name
+
+
+class Progress:
+    """One self-rewriting line on stderr: steps, SPS and the mean of the last 20 episodic returns. Drawn only
+    on an interactive terminal and without --no-progress, at most 4 times a second, so it can be called every step."""
+
+    def __init__(self, total_steps: int, disabled: bool):
+        self.total_steps = total_steps
+        self.enabled = not disabled and sys.stderr.isatty()
+        self.returns = deque(maxlen=20)
+        self.last_draw = 0.0
+
+    def episode(self, episodic_return: float) -> None:
+        self.returns.append(float(episodic_return))
+
+    def update(self, global_step: int, sps: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last_draw < 0.25 and global_step < self.total_steps):
+            return
+        self.last_draw = now
+        recent = f"{np.mean(self.returns):.1f}" if self.returns else "-"
+        percent = 100 * global_step // self.total_steps
+        sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | return {recent}  ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.last_draw:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+def check_lifecycle_args(args) -> None:
+    if args.checkpoint_frequency < 0:
+        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
+    if args.checkpoint_frequency > 0 and not args.save_model:
+        fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
+
+
+def saved_model_path(path: str) -> str:
+    """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
+    if os.path.isdir(path):
+        candidates = [os.path.join(path, "checkpoint.pt")] + sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
+        path = next((c for c in candidates if os.path.isfile(c)), candidates[0])
+    if not os.path.isfile(path):
+        fail(f"no saved model at {path}")
+    return path
+# [/shared:lifecycle]
 
 
 # [shared:continuous-offpolicy-checks] source: cleanrl/ddpg_continuous_action.py
@@ -283,6 +573,42 @@ def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 # [/shared:replay-buffer]
 
 
+# [shared:value-based-lifecycle] source: cleanrl/dqn.py
+def generator_state(rng: np.random.Generator) -> str:
+    """A numpy Generator's state as JSON text: its 128-bit integers fit no tensor, and text loads with weights_only."""
+    return json.dumps(rng.bit_generator.state)
+
+
+def set_generator_state(rng: np.random.Generator, state: str) -> None:
+    rng.bit_generator.state = json.loads(state)
+
+
+def buffer_state(rb) -> dict:
+    """The replay memory for --save-buffer: each of its numpy arrays as a tensor (the whole allocation, so the
+    checkpoint is as large as the memory) and its integer bookkeeping (write position, whether it wrapped,
+    per-env newest slot and frame counts). Its sampling Generator is saved on its own, with or without this."""
+    state = {}
+    for name, value in vars(rb).items():
+        if isinstance(value, np.ndarray):
+            state[name] = torch.from_numpy(value)
+        elif isinstance(value, (bool, int, np.integer, np.bool_)):
+            state[name] = bool(value) if isinstance(value, (bool, np.bool_)) else int(value)
+    return state
+
+
+def load_buffer_state(rb, state: dict) -> None:
+    """Fill a replay memory built with the same flags from buffer_state's dict."""
+    for name, value in state.items():
+        current = getattr(rb, name)
+        if isinstance(current, np.ndarray):
+            if tuple(value.shape) != current.shape:
+                fail(f"the checkpoint's replay memory {name} has shape {tuple(value.shape)}, not {current.shape}")
+            current[...] = value.numpy()
+        else:
+            setattr(rb, name, value)
+# [/shared:value-based-lifecycle]
+
+
 class QNetwork(nn.Module):
     """Q(s, a) with the action in the env's own units, as stored in the replay memory."""
 
@@ -358,15 +684,66 @@ def smoothed_target_actions(
     return torch.clamp(target_actions + eps, action_bias - action_scale, action_bias + action_scale)
 
 
+def evaluate_saved(args: Args) -> list[float]:
+    """--eval-only: evaluate a saved actor (no exploration noise, as after training) without creating a run directory.
+
+    A checkpoint (or a run directory holding one) brings its own env id; a bare .cleanrl_model (the actor's and
+    critics' state dicts) is evaluated on --env-id.
+    """
+    path = saved_model_path(args.eval_only)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True) if path.endswith(".cleanrl_model") else None
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        fail(f"cannot read model {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    if saved is not None:
+        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    else:
+        saved = load_checkpoint(path, os.path.basename(__file__))
+        name = saved["run_name"]
+        args.env_id = saved["args"]["env_id"]
+    if args.eval_episodes < 1:
+        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
+    probe = make_probe_env(args.env_id)
+    check_spaces(args.env_id, probe.observation_space, probe.action_space, os.path.basename(__file__))
+    space = probe.action_space
+    actor = Actor(int(np.prod(probe.observation_space.shape)), space.low, space.high)
+    probe.close()
+    try:
+        actor.load_state_dict(saved["actor"])
+    except (RuntimeError, TypeError, AttributeError, KeyError) as e:
+        fail(f"{path} does not hold a {os.path.basename(__file__)} actor for {args.env_id}: {str(e).splitlines()[0]}")
+    seed_everything(args.seed, args.torch_deterministic)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    return evaluate(actor.to(device), args, name, device)
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    if args.eval_only is not None:
+        episodic_returns = evaluate_saved(args)
+        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} "
+              f"over {len(episodic_returns)} episodes of {args.env_id}")
+        raise SystemExit(0)
     # Everything that can be wrong with the input is checked before the run directory exists.
+    checkpoint = find_resume_checkpoint(args)
+    if checkpoint is not None:
+        args = resumed_args(Args, checkpoint)
+    check_lifecycle_args(args)
     num_iterations = check_args(args)
+    if args.save_buffer and not args.save_model:
+        fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
     probe = make_probe_env(args.env_id)
     check_spaces(args.env_id, probe.observation_space, probe.action_space, "td3_continuous_action.py")
     probe.close()
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    writer = start_logging(args, run_name)
+    if checkpoint is None:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        writer = start_logging(args, run_name)
+    else:
+        # the same run: same directory, TensorBoard log continued after the checkpoint's step
+        run_name = checkpoint["run_name"]
+        writer = reopen_logging(args, run_name, purge_step=checkpoint["global_step"] + 1)
+        print(f"resuming {run_name} after iteration {checkpoint['iteration']} "
+              f"(global step {checkpoint['global_step']})")
 
     seed_everything(args.seed, args.torch_deterministic)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
@@ -380,6 +757,9 @@ if __name__ == "__main__":
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     low, high = envs.single_action_space.low, envs.single_action_space.high
+    if args.save_model and env_state(envs)[0] is None:
+        print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
+              "a resumed run restarts its episodes")
 
     actor = Actor(obs_dim, low, high).to(device)
     qf1 = QNetwork(obs_dim, action_dim).to(device)
@@ -397,14 +777,80 @@ if __name__ == "__main__":
     obs_space_f32 = gym.spaces.Box(-np.inf, np.inf, envs.single_observation_space.shape, np.float32)
     rb = ReplayBuffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
 
-    actor_loss = None  # set by the first delayed actor update
-    start_time = time.time()
-    obs, _ = envs.reset(seed=args.seed)
-    envs.action_space.seed(args.seed)
-    for iteration in range(1, num_iterations + 1):
+    num_updates = 0  # gradient steps (critic updates) so far: what --checkpoint-frequency counts
+    learning_starts = args.learning_starts
+    if checkpoint is None:
+        start_iteration = 1
+        obs, _ = envs.reset(seed=args.seed)
+        envs.action_space.seed(args.seed)
+    else:
+        # Checkpoints are taken between loop iterations (one env step of every env, and its gradient step).
+        for module, key in ((actor, "actor"), (qf1, "qf1"), (qf2, "qf2"), (target_actor, "target_actor"),
+                            (qf1_target, "qf1_target"), (qf2_target, "qf2_target"), (q_optimizer, "q_optimizer"),
+                            (actor_optimizer, "actor_optimizer")):
+            module.load_state_dict(checkpoint[key])
+        start_iteration = checkpoint["iteration"] + 1
+        num_updates = checkpoint["updates"]
+        set_generator_state(rb.rng, checkpoint["buffer_rng"])
+        if checkpoint["replay_buffer"] is not None:
+            load_buffer_state(rb, checkpoint["replay_buffer"])
+        else:
+            # Without --save-buffer the memory starts empty: it refills for learning_starts steps (with uniform
+            # random actions, as at the start) before the next gradient step, so resume is not exact.
+            learning_starts = checkpoint["global_step"] + args.learning_starts
+            print(f"note: the checkpoint has no replay memory (no --save-buffer); learning resumes after "
+                  f"global step {learning_starts}")
+        if checkpoint["envs"] is not None:
+            load_env_state(envs, checkpoint["envs"])
+            obs = checkpoint["next_obs"].numpy()
+        else:
+            # The environments' state was not saved (MuJoCo): episodes restart here, from reset seeds not used before.
+            obs, _ = envs.reset(seed=args.seed + checkpoint["global_step"])
+            envs.action_space.seed(args.seed + checkpoint["global_step"])
+        # Last, so the generators continue exactly where the interrupted run left them.
+        set_rng_state(checkpoint["rng"])
+    global_step = (start_iteration - 1) * args.num_envs
+
+    model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+    checkpoint_path = f"runs/{run_name}/checkpoint.pt"
+
+    def make_checkpoint(iteration: int, finished: bool) -> dict:
+        return checkpoint_common(args, run_name, iteration, global_step, finished, envs) | {
+            "actor": actor.state_dict(),
+            "qf1": qf1.state_dict(),
+            "qf2": qf2.state_dict(),
+            "target_actor": target_actor.state_dict(),
+            "qf1_target": qf1_target.state_dict(),
+            "qf2_target": qf2_target.state_dict(),
+            "q_optimizer": q_optimizer.state_dict(),
+            "actor_optimizer": actor_optimizer.state_dict(),
+            "updates": num_updates,
+            "buffer_rng": generator_state(rb.rng),
+            "replay_buffer": buffer_state(rb) if args.save_buffer else None,
+            "next_obs": torch.as_tensor(obs),
+        }
+
+    def stop_if_non_finite(losses: dict) -> None:
+        modules = {"actor": actor, "qf1": qf1, "qf2": qf2, "target_actor": target_actor, "qf1_target": qf1_target,
+                   "qf2_target": qf2_target}
+        problem = find_non_finite(losses, modules)
+        if problem is not None:
+            progress.close()
+            writer.close()
+            fail(f"non-finite {problem} at global step {global_step} (gradient update {num_updates}); "
+                 "stopped without saving, so the last good checkpoint is kept")
+
+    def last_losses() -> dict:
+        return {} if qf1_loss is None else {"losses/qf1_loss": qf1_loss.item()}
+
+    actor_loss = qf1_loss = None  # set by the first (delayed actor) update
+    stop = StopSignal()
+    progress = Progress(num_iterations * args.num_envs, not args.progress)
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration, num_iterations + 1):
         global_step = iteration * args.num_envs
         # act: uniform random actions while the memory fills, then mu(s) plus Gaussian noise
-        if global_step <= args.learning_starts:
+        if global_step <= learning_starts:
             actions = envs.action_space.sample()
         else:
             with torch.no_grad():
@@ -417,6 +863,7 @@ if __name__ == "__main__":
             for i in np.nonzero(infos["_episode"])[0]:
                 writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
                 writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+                progress.episode(infos["episode"]["r"][i])
 
         # store (obs, a, r, s', terminated): s' is the true successor (info["final_obs"] when the episode just
         # ended), and the done flag is `terminations` only, so time-limit truncations still bootstrap
@@ -424,7 +871,8 @@ if __name__ == "__main__":
         obs = next_obs
 
         # learn: one gradient step per vector step once the warm-up is over
-        if global_step > args.learning_starts:
+        updated = False
+        if global_step > learning_starts:
             data = rb.sample(args.batch_size)
             with torch.no_grad():
                 mu_next = target_actor(data.next_observations)
@@ -446,6 +894,7 @@ if __name__ == "__main__":
             q_optimizer.zero_grad()
             qf_loss.backward()
             q_optimizer.step()
+            num_updates, updated = num_updates + 1, True
 
             # delayed policy updates: the actor (on Q1 only) and all targets move every policy_frequency steps
             if iteration % args.policy_frequency == 0:
@@ -462,20 +911,45 @@ if __name__ == "__main__":
                 soft_update(qf1_target, qf1, args.tau)
                 soft_update(qf2_target, qf2, args.tau)
 
-            # log every 100 vector steps: .item() forces a sync, and per-step scalars bloat the event file
+            # log every 100 vector steps: .item() forces a sync, and per-step scalars bloat the event file; the
+            # losses come to the host here only, for logging and for the non-finite check
             if iteration % 100 == 0:
-                writer.add_scalar("losses/qf1_values", qf1_a_values.mean().item(), global_step)
-                writer.add_scalar("losses/qf2_values", qf2_a_values.mean().item(), global_step)
-                writer.add_scalar("losses/qf1_loss", qf1_loss.item(), global_step)
-                writer.add_scalar("losses/qf2_loss", qf2_loss.item(), global_step)
-                # CleanRL logs the mean of the two critic losses under this key
-                writer.add_scalar("losses/qf_loss", qf_loss.item() / 2.0, global_step)
+                losses = {
+                    "losses/qf1_values": qf1_a_values.mean().item(),
+                    "losses/qf2_values": qf2_a_values.mean().item(),
+                    "losses/qf1_loss": qf1_loss.item(),
+                    "losses/qf2_loss": qf2_loss.item(),
+                    # CleanRL logs the mean of the two critic losses under this key
+                    "losses/qf_loss": qf_loss.item() / 2.0,
+                }
                 if actor_loss is not None:
-                    writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
-                writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+                    losses["losses/actor_loss"] = actor_loss.item()
+                for key, value in losses.items():
+                    writer.add_scalar(key, value, global_step)
+                sps = int((global_step - start_step) / (time.time() - start_time))
+                writer.add_scalar("charts/SPS", sps, global_step)
+                stop_if_non_finite(losses)
+        progress.update(global_step, int((global_step - start_step) / max(time.time() - start_time, 1e-9)))
+
+        if iteration < num_iterations and args.save_model and (
+            stop.received
+            or (updated and args.checkpoint_frequency > 0 and num_updates % args.checkpoint_frequency == 0)
+        ):
+            # checked before every save, so a checkpoint never holds NaN or inf
+            stop_if_non_finite(last_losses())
+            save_checkpoint(make_checkpoint(iteration, finished=False), checkpoint_path)
+        if iteration < num_iterations and stop.received:
+            progress.close()
+            saved = f"checkpoint saved to {checkpoint_path}" if args.save_model else "no --save-model, no checkpoint"
+            print(f"{stop.received}: stopped after global step {global_step}; {saved}")
+            envs.close()
+            writer.close()
+            raise SystemExit(0)
+    progress.close()
 
     if args.save_model:
-        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        stop_if_non_finite(last_losses())
+        save_checkpoint(make_checkpoint(num_iterations, finished=True), checkpoint_path)
         torch.save({"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict()}, model_path)
         print(f"model saved to {model_path}")
         episodic_returns = evaluate(actor, args, run_name, device)
