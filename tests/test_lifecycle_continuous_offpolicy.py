@@ -5,6 +5,7 @@ Generator and optionally the memory itself; kill and resume, signals, evaluation
 
 import math
 import signal
+import time
 
 import pytest
 import torch
@@ -89,27 +90,64 @@ def test_sac_sigterm_saves_a_loadable_checkpoint_and_exits_0(workdir):
 
 @pytest.mark.parametrize("script", ["td3_continuous_action.py", "ddpg_continuous_action.py"])
 def test_killed_and_resumed_smoke(workdir, script):
-    # td3 with the replay memory (learning goes on at once); ddpg without it (the memory refills first)
+    # td3 with the replay memory (learning goes on at once, and the end equals an uninterrupted run's); ddpg
+    # without it (the memory refills first)
     with_buffer = script == "td3_continuous_action.py"
     command = [*PENDULUM_SMALL, "--save-model", "--checkpoint-frequency", "50", "--resume", "auto"]
     command += ["--save-buffer"] if with_buffer else []
-    checkpoint = kill_after_first_checkpoint(script, command, workdir)
+    (workdir / "a").mkdir(), (workdir / "b").mkdir()
+    checkpoint = kill_after_first_checkpoint(script, command, workdir / "b")
     assert checkpoint["envs"] is not None and (checkpoint["replay_buffer"] is not None) == with_buffer
     stopped_at = checkpoint["global_step"]
-    proc = run_script(script, *command, cwd=workdir)
+    proc = run_script(script, *command, cwd=workdir / "b")
     assert f"(global step {stopped_at})" in proc.stdout
-    run_dir = single_run_dir(workdir)
+    run_dir = single_run_dir(workdir / "b")
     final = load(run_dir / "checkpoint.pt")
     assert final["finished"] and final["global_step"] == 600
     steps = [s for s, _ in read_scalars(run_dir)["losses/qf1_loss"]]
     assert steps == sorted(set(steps)), "no duplicate steps after the purge"
     if with_buffer:
         assert final["updates"] == 400 and steps == [300, 400, 500, 600]
+        run_script(script, *command, cwd=workdir / "a")
+        uninterrupted = load(single_run_dir(workdir / "a") / "checkpoint.pt")
+        for key in ("actor", "qf1", "qf2", "target_actor", "qf1_target", "qf2_target"):
+            for name, tensor in uninterrupted[key].items():
+                assert torch.equal(tensor, final[key][name]), f"{key}.{name}"
     else:
         assert f"learning resumes after global step {stopped_at + 200}" in proc.stdout
         assert final["updates"] == 400 - 200
         assert [s for s in steps if s > stopped_at] and all(s > stopped_at + 200 for s in steps if s > stopped_at)
     assert (run_dir / script.replace(".py", ".cleanrl_model")).exists()
+
+
+def test_sac_halfcheetah_sigint_then_resume_restarts_episodes(workdir):
+    pytest.importorskip("mujoco", reason="optional dependency mujoco is not installed")
+    command = ["--env-id", "HalfCheetah-v5", "--total-timesteps", "100000", "--learning-starts", "100",
+               "--batch-size", "32", "--buffer-size", "1000", "--save-model", "--checkpoint-frequency", "20",
+               "--no-progress"]
+    proc = start("sac_continuous_action.py", *command, cwd=workdir)
+    checkpoint_path = wait_for_checkpoint(proc, workdir)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "the environments' state cannot be saved (HalfCheetahEnv pickles by re-construction" in stdout
+    first = load(checkpoint_path)
+    assert f"SIGINT: stopped after global step {first['global_step']}; checkpoint saved" in stdout
+    assert first["envs"] is None and first["updates"] >= 20
+    # resume (episodes restart from a fresh reset), then stop again once 20 more gradient steps are checkpointed
+    proc = start("sac_continuous_action.py", "--resume", "auto", *command, cwd=workdir)
+    deadline = time.time() + 120
+    while time.time() < deadline and load(checkpoint_path)["updates"] < first["updates"] + 20:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert f"after iteration {first['iteration']} (global step {first['global_step']})" in stdout
+    second = load(checkpoint_path)
+    # the replay memory was not saved, so learning waited for --learning-starts new steps
+    assert second["global_step"] >= first["global_step"] + 100 + 20
+    assert second["updates"] == first["updates"] + second["global_step"] - first["global_step"] - 100
+    assert len(run_dirs(workdir)) == 1
 
 
 def test_sac_non_finite_stops_naming_step_and_quantity_and_keeps_the_checkpoint(workdir):
