@@ -4,13 +4,17 @@ Generator and optionally the memory itself; kill and resume, signals, evaluation
 (docs/saving-resuming.md). Every run is a real subprocess."""
 
 import math
+import os
+import pty
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
-from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir
+from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir
 from tests.test_lifecycle import kill_after_first_checkpoint, load, start, wait_for_checkpoint
 
 # Pendulum-v1, 600 steps (3 truncated episodes of 200), learning from step 201: 400 gradient steps, losses logged
@@ -179,3 +183,31 @@ def test_save_buffer_needs_save_model(workdir, script):
     lines = proc.stderr.strip().splitlines()
     assert lines == ["error: --save-buffer puts the replay memory into checkpoints, which needs --save-model"]
     assert run_dirs(workdir) == []
+
+
+def test_sac_progress_line_only_on_a_terminal(workdir):
+    args = [str(ROOT / "cleanrl" / "sac_continuous_action.py"), "--env-id", "Pendulum-v1", "--total-timesteps", "250",
+            "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "1000"]
+
+    def stderr_on_a_terminal(*extra: str) -> str:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen([sys.executable, *args, *extra], cwd=workdir, env=script_env(),
+                                stdout=subprocess.DEVNULL, stderr=follower)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        assert proc.wait(timeout=120) == 0
+        return b"".join(chunks).decode(errors="replace")
+
+    shown = stderr_on_a_terminal()
+    # one episode (200 steps) has ended by the last draw, so its return is shown
+    assert "\r250/250 steps (100%) |" in shown and " SPS | return -" in shown, shown[-500:]
+    assert "steps (" not in stderr_on_a_terminal("--no-progress")
