@@ -47,3 +47,12 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def values(scalars: dict, tag: str) -> list[float]:
     return [v for _, v in scalars.get(tag, [])]
+
+
+def assert_bad_input_rejected(script: str, args, message: str, cwd: Path, **kwargs) -> None:
+    """Bad input: a non-zero exit, a last stderr line `error: ...` naming `message`, and no runs/ or videos/ entry."""
+    proc = run_script(script, *args, cwd=cwd, check=False, **kwargs)
+    assert proc.returncode != 0, f"{script} {' '.join(args)} exited 0"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last, proc.stderr[-2000:]
+    assert run_dirs(cwd) == [] and not (Path(cwd) / "videos").exists()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir, values
+from tests.helpers import assert_bad_input_rejected, read_scalars, run_script, single_run_dir, values
 
 # 400 agent steps, learning from step 101 with a gradient step every 4 (75 steps of batch 8), a target update
 # every 100 steps (at 200, 300, 400), losses logged every 100 steps (at 200, 300, 400). A buffer of 300
@@ -58,8 +58,4 @@ def test_games_are_logged_with_real_scores_and_epsilon(workdir):
     ],
 )
 def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
-    proc = run_script("c51_atari.py", *args, cwd=workdir, check=False)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and message in last
-    assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
+    assert_bad_input_rejected("c51_atari.py", args, message, cwd=workdir)

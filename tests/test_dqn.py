@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from cleanrl.dqn import epsilon_greedy, linear_schedule, td_target, update_target
-from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir, values
+from tests.helpers import assert_bad_input_rejected, read_scalars, run_script, single_run_dir, values
 
 # 2000 steps, learning from step 501, a gradient step every 10, a target update every 500 steps, losses logged
 # every 100 steps: gradient steps at 510..2000 (150), target updates at 1000, 1500, 2000.
@@ -95,11 +95,7 @@ def test_same_seed_gives_identical_losses(workdir):
     ],
 )
 def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
-    proc = run_script("dqn.py", *args, cwd=workdir, check=False)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and message in last
-    assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
+    assert_bad_input_rejected("dqn.py", args, message, cwd=workdir)
 
 
 @pytest.mark.slow

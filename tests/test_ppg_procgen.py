@@ -16,7 +16,7 @@ from cleanrl.ppg_procgen import (
     procgen_import_problem,
     resolve_env_id,
 )
-from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir, values
+from tests.helpers import assert_bad_input_rejected, read_scalars, run_dirs, run_script, single_run_dir, values
 
 try:
     import envpool.procgen
@@ -217,8 +217,4 @@ def test_same_seed_gives_identical_losses(workdir):
     ],
 )
 def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
-    proc = run_script("ppg_procgen.py", *args, cwd=workdir, check=False)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and message in last
-    assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
+    assert_bad_input_rejected("ppg_procgen.py", args, message, cwd=workdir)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cleanrl.ppo import compute_gae
-from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir, values
+from tests.helpers import assert_bad_input_rejected, read_scalars, run_script, single_run_dir, values
 
 LOSS_KEYS = [
     "losses/value_loss",
@@ -103,11 +103,7 @@ def test_same_seed_gives_identical_losses(workdir):
     ],
 )
 def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
-    proc = run_script("ppo.py", *args, cwd=workdir, check=False)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and message in last
-    assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
+    assert_bad_input_rejected("ppo.py", args, message, cwd=workdir)
 
 
 @pytest.mark.slow

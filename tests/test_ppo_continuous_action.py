@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cleanrl.ppo_continuous_action import Agent, Args, NormalizeObservation, check_spaces, make_envs, normalize_obs
-from tests.helpers import read_scalars, run_dirs, run_script, single_run_dir, values
+from tests.helpers import assert_bad_input_rejected, read_scalars, run_script, single_run_dir, values
 
 LOSS_KEYS = [
     "losses/value_loss",
@@ -197,11 +197,7 @@ def test_same_seed_gives_identical_losses(workdir):
     ],
 )
 def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
-    proc = run_script("ppo_continuous_action.py", *args, cwd=workdir, check=False)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and message in last
-    assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
+    assert_bad_input_rejected("ppo_continuous_action.py", args, message, cwd=workdir)
 
 
 @pytest.mark.slow
