@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from cleanrl.ppo import Args as PPOArgs
 from cleanrl.ppo import find_non_finite, save_checkpoint
-from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir, values
+from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir
 
 # ppo.py: 4 envs x 32 steps = 128 steps per iteration, 8 iterations
 PPO_SMALL = ["--num-steps", "32", "--total-timesteps", "1024", "--eval-episodes", "1", "--no-progress"]

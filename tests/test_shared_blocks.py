@@ -1,4 +1,3 @@
-import shutil
 
 from tests import shared_blocks
 
