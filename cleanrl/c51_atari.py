@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import NamedTuple, NoReturn, Optional
 
 import ale_py
@@ -204,7 +204,9 @@ def find_resume_checkpoint(args) -> Optional[dict]:
     if args.resume is None:
         return None
     if args.resume == "auto":
-        found = glob.glob(os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__*", "checkpoint.pt"))
+        # run names write "/" in env ids (ALE/Pong-v5) as "-"
+        run_prefix = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__"
+        found = glob.glob(os.path.join("runs", f"{run_prefix}*", "checkpoint.pt"))
         if not found:
             return None
         newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
@@ -1024,7 +1026,7 @@ if __name__ == "__main__":
         raise SystemExit(0)
     # Everything that can be wrong with the input is checked before the run directory exists.
     # Run directories name ALE/ ids with a "-" (a "/" would nest them), so `--resume auto` looks for that name.
-    checkpoint = find_resume_checkpoint(replace(args, env_id=args.env_id.replace("/", "-")))
+    checkpoint = find_resume_checkpoint(args)
     if checkpoint is not None:
         args = resumed_args(Args, checkpoint)
     check_lifecycle_args(args)

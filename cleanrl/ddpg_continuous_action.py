@@ -183,7 +183,9 @@ def find_resume_checkpoint(args) -> Optional[dict]:
     if args.resume is None:
         return None
     if args.resume == "auto":
-        found = glob.glob(os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__*", "checkpoint.pt"))
+        # run names write "/" in env ids (ALE/Pong-v5) as "-"
+        run_prefix = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__"
+        found = glob.glob(os.path.join("runs", f"{run_prefix}*", "checkpoint.pt"))
         if not found:
             return None
         newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))

@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Literal, NoReturn, Optional
 
 import ale_py
@@ -210,7 +210,9 @@ def find_resume_checkpoint(args) -> Optional[dict]:
     if args.resume is None:
         return None
     if args.resume == "auto":
-        found = glob.glob(os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__*", "checkpoint.pt"))
+        # run names write "/" in env ids (ALE/Pong-v5) as "-"
+        run_prefix = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__"
+        found = glob.glob(os.path.join("runs", f"{run_prefix}*", "checkpoint.pt"))
         if not found:
             return None
         newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
@@ -603,7 +605,7 @@ def resume_on_every_rank(args: Args, rank: int, world_size: int) -> Optional[dic
     checkpoint = None
     if rank == 0:
         try:
-            checkpoint = find_resume_checkpoint(replace(args, env_id=args.env_id.replace("/", "-")))
+            checkpoint = find_resume_checkpoint(args)
             if checkpoint is None:
                 outcome = [("fresh", None)]
             elif args.resume == "auto":
