@@ -445,6 +445,7 @@ def check_off_policy_args(args) -> None:
 # [/shared:off-policy-checks]
 
 
+# [shared:classic-make-env] source: cleanrl/ppo.py
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk():
         if capture_video and idx == 0:
@@ -455,8 +456,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
         return env
 
     return thunk
+# [/shared:classic-make-env]
 
 
+# [shared:value-based-make-envs] source: cleanrl/dqn.py
 def make_envs(args: Args, run_name: str, capture_video: bool) -> gym.vector.VectorEnv:
     # Same-step autoreset: when an episode ends at step t, step t returns the first observation of the
     # next episode and puts the true last observation in info["final_obs"]. Every step is then a real
@@ -466,6 +469,7 @@ def make_envs(args: Args, run_name: str, capture_video: bool) -> gym.vector.Vect
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+# [/shared:value-based-make-envs]
 
 
 class QNetwork(nn.Module):

@@ -607,6 +607,7 @@ def load_buffer_state(rb, state: dict) -> None:
 # [/shared:value-based-lifecycle]
 
 
+# [shared:continuous-qnetwork] source: cleanrl/ddpg_continuous_action.py
 class QNetwork(nn.Module):
     """Q(s, a) with the action in the env's own units, as stored in the replay memory."""
 
@@ -621,8 +622,10 @@ class QNetwork(nn.Module):
         x = F.relu(self.fc1(x))
         x = F.relu(self.fc2(x))
         return self.fc3(x).squeeze(-1)  # (batch,)
+# [/shared:continuous-qnetwork]
 
 
+# [shared:deterministic-actor] source: cleanrl/ddpg_continuous_action.py
 class Actor(nn.Module):
     """Deterministic policy mu(s) = tanh(.) scaled into [low, high] of the action space."""
 
@@ -645,6 +648,7 @@ class Actor(nn.Module):
 
     def deterministic_action(self, x: torch.Tensor) -> torch.Tensor:
         return self(x)
+# [/shared:deterministic-actor]
 
 
 # [shared:soft-update] source: cleanrl/ddpg_continuous_action.py

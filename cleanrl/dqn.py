@@ -439,6 +439,7 @@ def check_off_policy_args(args) -> None:
 # [/shared:off-policy-checks]
 
 
+# [shared:classic-make-env] source: cleanrl/ppo.py
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk():
         if capture_video and idx == 0:
@@ -449,8 +450,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
         return env
 
     return thunk
+# [/shared:classic-make-env]
 
 
+# [shared:value-based-make-envs] source: cleanrl/dqn.py
 def make_envs(args: Args, run_name: str, capture_video: bool) -> gym.vector.VectorEnv:
     # Same-step autoreset: when an episode ends at step t, step t returns the first observation of the
     # next episode and puts the true last observation in info["final_obs"]. Every step is then a real
@@ -460,6 +463,7 @@ def make_envs(args: Args, run_name: str, capture_video: bool) -> gym.vector.Vect
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+# [/shared:value-based-make-envs]
 
 
 class QNetwork(nn.Module):
@@ -615,9 +619,11 @@ def load_buffer_state(rb, state: dict) -> None:
 # [/shared:value-based-lifecycle]
 
 
+# [shared:td-target] source: cleanrl/dqn.py
 def td_target(rewards: torch.Tensor, next_q_target: torch.Tensor, terminations: torch.Tensor, gamma: float) -> torch.Tensor:
     """y = r + gamma * max_a' Q_target(s', a') * (1 - terminated), Mnih et al. 2015 (Algorithm 1)."""
     return rewards + gamma * next_q_target.max(dim=1).values * (1.0 - terminations)
+# [/shared:td-target]
 
 
 def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.device, epsilon: float = 0.05) -> list[float]:

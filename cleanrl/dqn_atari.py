@@ -915,9 +915,11 @@ def load_buffer_state(rb, state: dict) -> None:
 # [/shared:value-based-lifecycle]
 
 
+# [shared:td-target] source: cleanrl/dqn.py
 def td_target(rewards: torch.Tensor, next_q_target: torch.Tensor, terminations: torch.Tensor, gamma: float) -> torch.Tensor:
     """y = r + gamma * max_a' Q_target(s', a') * (1 - terminated), Mnih et al. 2015 (Algorithm 1)."""
     return rewards + gamma * next_q_target.max(dim=1).values * (1.0 - terminations)
+# [/shared:td-target]
 
 
 def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.device, epsilon: float = 0.05) -> list[float]:

@@ -687,6 +687,7 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
     return layer
 
 
+# [shared:atari-agent] source: cleanrl/ppo_atari.py
 class Agent(nn.Module):
     """Nature CNN (Mnih et al. 2015) shared by a policy head and a value head."""
 
@@ -720,6 +721,7 @@ class Agent(nn.Module):
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+# [/shared:atari-agent]
 
 
 # [shared:gae] source: cleanrl/ppo.py
@@ -750,6 +752,7 @@ def compute_gae(
 # [/shared:gae]
 
 
+# [shared:atari-ppo-evaluate] source: cleanrl/ppo_atari.py
 def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Real game scores of args.eval_episodes whole games on a fresh env, actions sampled from the policy.
 
@@ -769,6 +772,7 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
             returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
     envs.close()
     return returns[: args.eval_episodes]
+# [/shared:atari-ppo-evaluate]
 
 
 def evaluate_saved(args: Args) -> list[float]:

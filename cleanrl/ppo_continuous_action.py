@@ -427,6 +427,7 @@ def saved_model_path(path: str) -> str:
 # [/shared:lifecycle]
 
 
+# [shared:ppo-derive-sizes] source: cleanrl/ppo.py
 def derive_sizes(args: Args) -> tuple[int, int, int]:
     """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
@@ -442,6 +443,7 @@ def derive_sizes(args: Args) -> tuple[int, int, int]:
     if num_iterations < 1:
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)")
     return batch_size, batch_size // args.num_minibatches, num_iterations
+# [/shared:ppo-derive-sizes]
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
@@ -454,6 +456,7 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
         fail(f"{env_id} has observation space {observation_space}; the networks need flat Box observations")
 
 
+# [shared:classic-make-env] source: cleanrl/ppo.py
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk():
         if capture_video and idx == 0:
@@ -464,6 +467,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
         return env
 
     return thunk
+# [/shared:classic-make-env]
 
 
 def normalize_obs(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float, clip: float) -> np.ndarray:

@@ -612,6 +612,7 @@ def load_buffer_state(rb, state: dict) -> None:
 # [/shared:value-based-lifecycle]
 
 
+# [shared:continuous-qnetwork] source: cleanrl/ddpg_continuous_action.py
 class QNetwork(nn.Module):
     """Q(s, a) with the action in the env's own units, as stored in the replay memory."""
 
@@ -626,6 +627,7 @@ class QNetwork(nn.Module):
         x = F.relu(self.fc1(x))
         x = F.relu(self.fc2(x))
         return self.fc3(x).squeeze(-1)  # (batch,)
+# [/shared:continuous-qnetwork]
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
