@@ -56,3 +56,38 @@ def assert_bad_input_rejected(script: str, args, message: str, cwd: Path, **kwar
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and message in last, proc.stderr[-2000:]
     assert run_dirs(cwd) == [] and not (Path(cwd) / "videos").exists()
+
+
+def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rtol: float, atol: float,
+                          min_updates: int = 3, same_episodes: bool = True, launcher=None) -> dict:
+    """The --compile path and the plain path, same seed on CPU, log the same losses within (rtol, atol).
+
+    The compiled run must really compile: torch's dynamo log must show every function named in `compiled`
+    being traced, and no recompilation (a recompiling hot function is a silent slowdown).
+    Every `losses/*` key must be logged at the same steps by both runs, at least `min_updates` times. With
+    `same_episodes`, both runs must also log identical episode returns: compiled code samples from torch's own
+    generator, so the same seed gives the same actions until float rounding moves a sample across a boundary.
+    Returns the plain run's scalars.
+    """
+    runs = {}
+    for name, extra, env in (("plain", [], None), ("compiled", ["--compile"], script_env(TORCH_LOGS="dynamo,recompiles"))):
+        (Path(cwd) / name).mkdir()
+        proc = run_script(script, *args, *extra, "--no-cuda", cwd=Path(cwd) / name, launcher=launcher, env=env)
+        runs[name] = read_scalars(single_run_dir(Path(cwd) / name))
+    traced = {line.split("start tracing ")[1].split()[0] for line in proc.stderr.splitlines() if "start tracing " in line}
+    assert set(compiled) <= traced, f"not compiled: {sorted(set(compiled) - traced)}; traced: {sorted(traced)}"
+    assert "Recompiling function" not in proc.stderr, [l for l in proc.stderr.splitlines() if "Recompiling" in l]
+    plain, compiled = runs["plain"], runs["compiled"]
+    keys = sorted(k for k in plain if k.startswith("losses/"))
+    assert keys, f"{script} logged no losses/* scalar"
+    assert keys == sorted(k for k in compiled if k.startswith("losses/"))
+    for key in keys:
+        assert len(plain[key]) >= min_updates, f"{key}: {len(plain[key])} updates logged, want {min_updates}"
+        assert [s for s, _ in compiled[key]] == [s for s, _ in plain[key]], key
+        for (step, a), (_, b) in zip(plain[key], compiled[key]):
+            # NaN counts as equal to NaN (explained variance of constant returns)
+            assert (a != a and b != b) or abs(a - b) <= atol + rtol * abs(a), f"{key} at step {step}: {a} vs {b}"
+    if same_episodes:
+        assert values(plain, "charts/episodic_return"), "no episode ended; the budget is too small to compare"
+        assert values(compiled, "charts/episodic_return") == values(plain, "charts/episodic_return")
+    return plain
