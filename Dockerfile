@@ -12,11 +12,13 @@ ENV DEBIAN_FRONTEND=noninteractive \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics
 
 # System packages, rarely changed: Python, tini (PID 1 that forwards SIGTERM), Xvfb and Mesa for rendering,
-# the Qt 5 runtime that envpool's Procgen needs. Debian-style version pins would break on every base update.
+# the Qt 5 runtime that envpool's Procgen needs, and a C compiler with Python's headers for --compile (Triton
+# builds a small launcher for its GPU kernels, inductor's CPU kernels are C++). Debian-style version pins
+# would break on every base update.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-        python3 python3-venv python3-pip \
+        python3 python3-venv python3-pip python3-dev build-essential \
         tini xvfb libgl1 libgl1-mesa-dri libegl1 libglfw3 libosmesa6 libglib2.0-0 libqt5gui5 \
         ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
