@@ -8,6 +8,7 @@ https://iclr-blog-track.github.io/2022/03/25/ppo-implementation-details/.
 Run:
     python cleanrl/ppo.py --env-id CartPole-v1
     python cleanrl/ppo.py --env-id Acrobot-v1 --seed 2 --track
+    python cleanrl/ppo.py --env-id CartPole-v1 --compile
     python cleanrl/ppo.py --help
 """
 
