@@ -24,12 +24,13 @@ import math
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import NoReturn, Optional
+from typing import Callable, NoReturn, Optional
 
 import ale_py
 import cloudpickle
@@ -79,6 +80,14 @@ class Args:
     progress: bool = True
     """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
     # [/shared:lifecycle-args]
+    # [shared:speed-args] source: cleanrl/ppo.py
+    compile: bool = False
+    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
+    cudagraphs: bool = False
+    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
+    # [/shared:speed-args]
+    amp: bool = False
+    """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
     eval_max_frames: Optional[int] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
 
@@ -436,6 +445,46 @@ def saved_model_path(path: str) -> str:
 # [/shared:lifecycle]
 
 
+# [shared:speed] source: cleanrl/ppo.py
+def check_speed_args(args) -> None:
+    on_cuda = args.cuda and torch.cuda.is_available()
+    if args.cudagraphs and not on_cuda:
+        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
+    if args.compile and not on_cuda:
+        compiler = os.environ.get("CXX", "g++")
+        if shutil.which(compiler) is None:
+            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
+
+
+def speed_up(fn: Callable, args) -> Callable:
+    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
+
+    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
+    starts its clock only after a warm-up.
+    """
+    if not (args.compile or args.cudagraphs):
+        return fn
+    if args.compile:
+        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
+        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
+        torch._inductor.config.fallback_random = True
+        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
+    else:
+        wrapped = torch.compile(fn, backend="cudagraphs")
+    if not args.cudagraphs:
+        return wrapped
+
+    def replay(*inputs):
+        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
+        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = wrapped(*inputs)
+        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
+
+    return replay
+# [/shared:speed]
+
+
 def derive_sizes(args: Args) -> tuple[int, int, int]:
     """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
@@ -717,10 +766,13 @@ class Agent(nn.Module):
         hidden = self.features(x)
         # No argument validation: it would stop a diverged run with a traceback inside the update, before
         # the once-per-update non-finite check can name the step and the quantity (and it costs time).
-        probs = Categorical(logits=self.actor(hidden), validate_args=False)
+        # Logits and value in float32: under --amp's bf16 autocast the layers compute in bf16, while the
+        # distribution, log-probabilities and entropy (and so the PPO ratio and losses) stay float32 (bf16 keeps
+        # ~3 significant digits). Without autocast .float() returns the tensor itself.
+        probs = Categorical(logits=self.actor(hidden).float(), validate_args=False)
         if action is None:
             action = probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
 # [/shared:atari-agent]
 
 
@@ -827,6 +879,7 @@ if __name__ == "__main__":
     if checkpoint is not None:
         args = resumed_args(Args, checkpoint)
     check_lifecycle_args(args)
+    check_speed_args(args)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     atari_emulator_settings(args.env_id)
     if args.env_backend not in ATARI_BACKENDS:
@@ -854,7 +907,11 @@ if __name__ == "__main__":
     envs = make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run_name)
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
+    # recompiling for every new float; capturable keeps Adam's step count on the device for CUDA graphs.
+    optimizer = optim.Adam(
+        agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5, capturable=args.cudagraphs
+    )
     if args.save_model:
         # Neither backend's state can be saved: ale-py's vector env is C++, and gymnasium's AtariEnv pickles
         # by re-construction. env_state says which, and the checkpoint's "envs" is None.
@@ -880,6 +937,9 @@ if __name__ == "__main__":
         # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
         agent.load_state_dict(checkpoint["agent"])
         optimizer.load_state_dict(checkpoint["optimizer"])
+        # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
+        # written before --compile existed); it must be a tensor on the device, filled in place below.
+        optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
         start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
         # The games in progress at the checkpoint are dropped (never logged): new games start here, from reset
         # seeds not used before. Only the environment trajectories differ from an uninterrupted run.
@@ -900,20 +960,67 @@ if __name__ == "__main__":
             "optimizer": optimizer.state_dict(),
         }
 
+    def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
+            action, logprob, _, value = agent.get_action_and_value(obs)
+        return action, logprob, value
+
+    def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
+        """One gradient step on one minibatch; returns the losses and diagnostics, detached."""
+        # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
+        logratio = newlogprob - mb_logprobs
+        ratio = logratio.exp()
+
+        with torch.no_grad():
+            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+            old_approx_kl = (-logratio).mean()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+        # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        newvalue = newvalue.view(-1)
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb_returns) ** 2
+            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - mb_returns) ** 2
+            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        else:
+            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
+
+    # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
+    policy_step, update = speed_up(policy_step, args), speed_up(update, args)
+
     stop = StopSignal()
     progress = Progress(num_iterations * batch_size, not args.progress)
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+            optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
         # rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
-            with torch.no_grad():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            action, logprob, value = policy_step(next_obs)
             values[step] = value.flatten()
             actions[step] = action
             logprobs[step] = logprob
@@ -968,43 +1075,11 @@ if __name__ == "__main__":
             for start in range(0, batch_size, minibatch_size):
                 mb_inds = b_inds[start : start + minibatch_size]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
-
-                with torch.no_grad():
-                    # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
-
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-                # clipped surrogate objective, Eq. (7), Schulman et al. 2017
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                newvalue = newvalue.view(-1)
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
-                    )
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
-
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
-
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
+                pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = update(
+                    b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], b_advantages[mb_inds],
+                    b_returns[mb_inds], b_values[mb_inds],
+                )
+                clipfracs.append(clipfrac)
 
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
@@ -1021,13 +1096,18 @@ if __name__ == "__main__":
             "losses/old_approx_kl": old_approx_kl.item(),
             "losses/approx_kl": approx_kl.item(),
         }
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
         for key, value in losses.items():
             writer.add_scalar(key, value, global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
+        if iteration == start_iteration:
+            # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
+            # recording), which would otherwise dominate short runs; it logs no SPS.
+            start_time, start_step = time.time(), global_step
+        sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
+        if global_step > start_step:
+            writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(global_step, sps)
         if not progress.enabled:
             print(f"global_step={global_step}, SPS={sps}")

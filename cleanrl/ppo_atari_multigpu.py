@@ -25,12 +25,13 @@ import math
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Literal, NoReturn, Optional
+from typing import Callable, Literal, NoReturn, Optional
 
 import ale_py
 import cloudpickle
@@ -81,6 +82,14 @@ class Args:
     progress: bool = True
     """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
     # [/shared:lifecycle-args]
+    # [shared:speed-args] source: cleanrl/ppo.py
+    compile: bool = False
+    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
+    cudagraphs: bool = False
+    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
+    # [/shared:speed-args]
+    amp: bool = False
+    """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
     eval_max_frames: Optional[int] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
 
@@ -439,6 +448,46 @@ def saved_model_path(path: str) -> str:
         fail(f"no saved model at {path}")
     return path
 # [/shared:lifecycle]
+
+
+# [shared:speed] source: cleanrl/ppo.py
+def check_speed_args(args) -> None:
+    on_cuda = args.cuda and torch.cuda.is_available()
+    if args.cudagraphs and not on_cuda:
+        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
+    if args.compile and not on_cuda:
+        compiler = os.environ.get("CXX", "g++")
+        if shutil.which(compiler) is None:
+            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
+
+
+def speed_up(fn: Callable, args) -> Callable:
+    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
+
+    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
+    starts its clock only after a warm-up.
+    """
+    if not (args.compile or args.cudagraphs):
+        return fn
+    if args.compile:
+        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
+        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
+        torch._inductor.config.fallback_random = True
+        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
+    else:
+        wrapped = torch.compile(fn, backend="cudagraphs")
+    if not args.cudagraphs:
+        return wrapped
+
+    def replay(*inputs):
+        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
+        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = wrapped(*inputs)
+        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
+
+    return replay
+# [/shared:speed]
 
 
 def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
@@ -895,10 +944,13 @@ class Agent(nn.Module):
         hidden = self.features(x)
         # No argument validation: it would stop a diverged run with a traceback inside the update, before
         # the once-per-update non-finite check can name the step and the quantity (and it costs time).
-        probs = Categorical(logits=self.actor(hidden), validate_args=False)
+        # Logits and value in float32: under --amp's bf16 autocast the layers compute in bf16, while the
+        # distribution, log-probabilities and entropy (and so the PPO ratio and losses) stay float32 (bf16 keeps
+        # ~3 significant digits). Without autocast .float() returns the tensor itself.
+        probs = Categorical(logits=self.actor(hidden).float(), validate_args=False)
         if action is None:
             action = probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
 # [/shared:atari-agent]
 
 
@@ -1005,6 +1057,7 @@ if __name__ == "__main__":
     # checks the same flags, so all ranks fail alike, before any of them waits for the others. A run resumed
     # from a path takes its flags from the checkpoint, so they are checked once it is loaded (below).
     check_lifecycle_args(args)
+    check_speed_args(args)
     if args.resume is None or args.resume == "auto":
         derive_sizes(args, world_size)
         atari_emulator_settings(args.env_id)
@@ -1028,6 +1081,7 @@ if __name__ == "__main__":
         if checkpoint is not None:
             args = resumed_args(Args, checkpoint)
             check_lifecycle_args(args)
+            check_speed_args(args)
             if len(checkpoint["rng"]) != world_size:
                 fail(f"the checkpoint was written by {len(checkpoint['rng'])} ranks; resume it with as many, "
                      f"not {world_size}")
@@ -1073,7 +1127,13 @@ if __name__ == "__main__":
         agent = Agent(int(envs.single_action_space.n)).to(device)
         # Every rank drew its own random init (seeded differently); rank 0's becomes everyone's.
         broadcast_parameters(agent, world_size)
-        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        # The learning rate is a tensor updated in place, so a compiled optimizer step reads the annealed value
+        # instead of recompiling for every new float; capturable keeps Adam's step count on the device for CUDA
+        # graphs.
+        optimizer = optim.Adam(
+            agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
+            capturable=args.cudagraphs,
+        )
         if args.save_model and rank == 0:
             # Neither backend's state can be saved: ale-py's vector env is C++, and gymnasium's AtariEnv pickles
             # by re-construction. env_state says which, and the checkpoint's "envs" holds None for every rank.
@@ -1103,6 +1163,9 @@ if __name__ == "__main__":
             # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
             agent.load_state_dict(checkpoint["agent"])
             optimizer.load_state_dict(checkpoint["optimizer"])
+            # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
+            # written before --compile existed); it must be a tensor on the device, filled in place below.
+            optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
             start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
             # The games in progress at the checkpoint are dropped (never logged): new games start here, from
             # reset seeds not used before. Only the environment trajectories differ from an uninterrupted run.
@@ -1129,21 +1192,75 @@ if __name__ == "__main__":
                     "optimizer": optimizer.state_dict(),
                 }, checkpoint_path)
 
+        def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
+                action, logprob, _, value = agent.get_action_and_value(obs)
+            return action, logprob, value
+
+        def grad_step(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
+            """Forward, losses and backward on this rank's local minibatch, whose advantages are already normalized
+            with the global minibatch's statistics; leaves this rank's gradients in .grad and returns the losses and
+            diagnostics, detached. No collective in here: see optimizer_step."""
+            # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
+            logratio = newlogprob - mb_logprobs
+            ratio = logratio.exp()
+
+            with torch.no_grad():
+                # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+                old_approx_kl = (-logratio).mean()
+                approx_kl = ((ratio - 1) - logratio).mean()
+                clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+            # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+            pg_loss1 = -mb_advantages * ratio
+            pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+            pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+            newvalue = newvalue.view(-1)
+            if args.clip_vloss:
+                v_loss_unclipped = (newvalue - mb_returns) ** 2
+                v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                v_loss_clipped = (v_clipped - mb_returns) ** 2
+                v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+            else:
+                v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+            entropy_loss = entropy.mean()
+            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+
+            optimizer.zero_grad()
+            loss.backward()
+            return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
+
+        def optimizer_step() -> torch.Tensor:
+            """Clip the rank-averaged gradients and step Adam; returns the gradient norm before clipping."""
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            return grad_norm
+
+        # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written.
+        # The collectives (advantage normalization, gradient all-reduce) stay outside them, eager, between
+        # grad_step and optimizer_step: compiled code then never has to trace or capture a collective, and every
+        # rank issues the same all-reduces in the same order as in the plain path.
+        policy_step, grad_step = speed_up(policy_step, args), speed_up(grad_step, args)
+        optimizer_step = speed_up(optimizer_step, args)
+
         stop = StopSignal()
         progress = Progress(num_iterations * args.num_envs * args.num_steps, not args.progress or rank != 0)
         start_time, start_step = time.time(), global_step
         for iteration in range(start_iteration, num_iterations + 1):
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / num_iterations
-                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+                optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
             # rollout
             episodes = []
             for step in range(args.num_steps):
                 global_step += args.num_envs
                 obs[step] = next_obs
-                with torch.no_grad():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs)
+                action, logprob, value = policy_step(next_obs)
                 values[step] = value.flatten()
                 actions[step] = action
                 logprobs[step] = logprob
@@ -1206,47 +1323,19 @@ if __name__ == "__main__":
                 for start in range(0, local_batch_size, local_minibatch_size):
                     mb_inds = b_inds[start : start + local_minibatch_size]
 
-                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                    logratio = newlogprob - b_logprobs[mb_inds]
-                    ratio = logratio.exp()
-
-                    with torch.no_grad():
-                        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-                        old_approx_kl = (-logratio).mean()
-                        approx_kl = ((ratio - 1) - logratio).mean()
-                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
-
                     mb_advantages = b_advantages[mb_inds]
                     if args.norm_adv:
                         mb_advantages = normalize_advantages(mb_advantages, world_size)  # global minibatch statistics
-
-                    # clipped surrogate objective, Eq. (7), Schulman et al. 2017
-                    pg_loss1 = -mb_advantages * ratio
-                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                    newvalue = newvalue.view(-1)
-                    if args.clip_vloss:
-                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                        v_clipped = b_values[mb_inds] + torch.clamp(
-                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
-                        )
-                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                    else:
-                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
-
-                    entropy_loss = entropy.mean()
-                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
-
-                    optimizer.zero_grad()
-                    loss.backward()
+                    pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = grad_step(
+                        b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], mb_advantages,
+                        b_returns[mb_inds], b_values[mb_inds],
+                    )
+                    clipfracs.append(clipfrac)
                     # Average the gradients over ranks with one flat all-reduce: every rank then clips and steps
                     # with the gradient of the whole global minibatch, so the replicas stay identical (see
                     # all_reduce_gradients).
                     all_reduce_gradients(list(agent.parameters()), world_size)
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                    optimizer.step()
+                    optimizer_step()
 
                 if stop_early(approx_kl, args.target_kl, world_size):  # the same decision on every rank
                     break
@@ -1260,9 +1349,9 @@ if __name__ == "__main__":
             # is left waiting in a collective
             logged = torch.stack(
                 [
-                    v_loss.detach(),
-                    pg_loss.detach(),
-                    entropy_loss.detach(),
+                    v_loss,
+                    pg_loss,
+                    entropy_loss,
                     old_approx_kl,
                     approx_kl,
                     torch.stack(clipfracs).mean(),
@@ -1280,15 +1369,20 @@ if __name__ == "__main__":
                 "losses/approx_kl": logged[4],
             }
             if rank == 0:
-                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
                 for key, value in losses.items():
                     writer.add_scalar(key, value, global_step)
                 writer.add_scalar("losses/clipfrac", logged[5], global_step)
                 writer.add_scalar("losses/explained_variance", logged[6], global_step)
                 writer.add_scalar("charts/update_epochs", epoch + 1, global_step)
+                if iteration == start_iteration:
+                    # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA
+                    # graph recording), which would otherwise dominate short runs; it logs no SPS.
+                    start_time, start_step = time.time(), global_step
                 # global steps (all ranks) per second of rank 0's wall clock
-                sps = int((global_step - start_step) / (time.time() - start_time))
-                writer.add_scalar("charts/SPS", sps, global_step)
+                sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
+                if global_step > start_step:
+                    writer.add_scalar("charts/SPS", sps, global_step)
                 progress.update(global_step, sps)
                 if not progress.enabled:
                     print(f"global_step={global_step}, SPS={sps}")
