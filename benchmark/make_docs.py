@@ -6,8 +6,9 @@ Steps (each printed before it runs):
    CartPole-v1 and Acrobot-v1, 3 seeds, --total-timesteps each, into benchmark/results/docs/;
 2. benchmark/report.py comparing the two result folders on the same axes; the figures (PNG and SVG) and CSV tables
    are copied to docs/benchmark/;
-3. benchmark/throughput.py (ours vs Stable-Baselines3 vs raw env) for the algorithms whose scripts exist, unless
-   --no-throughput, which reuses benchmark/results/throughput/results.json;
+3. benchmark/throughput.py (every script plain and with its speed flags, vs Stable-Baselines3 vs raw env: the whole
+   default CPU table, about 35 minutes on an idle 2-core machine) unless --no-throughput, which reuses
+   benchmark/results/speed/results.json (or, if there is none, the page says the table is not measured yet);
 4. docs/benchmark.md written from the tables, with the commands and the machine description.
 
 Run:
@@ -16,7 +17,6 @@ Run:
 """
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -24,13 +24,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Optional
 
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmark.throughput import SPECS, machine_description  # noqa: E402  (a tool, not an algorithm script)
+from benchmark.throughput import FAMILY_ROUNDS, SPECS, budget, machine_description  # noqa: E402  (a tool, not an algorithm script)
 
 SCRIPTS = [
     "ppo", "ppo_continuous_action", "ppo_atari", "ppo_atari_multigpu", "dqn", "c51", "dqn_atari", "c51_atari",
@@ -51,21 +51,17 @@ class Args:
     workers: int = 2
     """parallel runs of the learning benchmark"""
     throughput: bool = True
-    """if toggled, run benchmark/throughput.py; else reuse benchmark/results/throughput/results.json"""
-    throughput_algos: list[str] = field(default_factory=lambda: ["ppo", "dqn", "ppo_continuous_action", "td3", "sac"])
-    """the algorithms of the throughput table (those whose script is missing are left out and named)"""
-    repetitions: int = 2
-    """alternating rounds of the throughput benchmark"""
+    """if toggled, run the whole default table of benchmark/throughput.py; else reuse benchmark/results/speed/results.json"""
 
 
 def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
 
 
-def sh(cmd: list[str]) -> None:
+def sh(cmd: list[str], ok: tuple[int, ...] = (0,)) -> None:
     print("$ " + shlex.join(cmd), flush=True)
     proc = subprocess.run(cmd, cwd=ROOT)
-    if proc.returncode != 0:
+    if proc.returncode not in ok:
         fail(f"{shlex.join(cmd)} exited {proc.returncode}")
 
 
@@ -98,42 +94,78 @@ def main(args: Args) -> None:
     if big:
         fail(f"figures over 200 KB: {big}")
 
-    # 3. throughput
-    present = [a for a in args.throughput_algos if (ROOT / "cleanrl" / SPECS[a]["script"]).is_file()]
-    missing = [a for a in args.throughput_algos if a not in present]
-    tp_json = ROOT / "benchmark/results/throughput/results.json"
+    # 3. throughput: the whole default table, one command
+    tp_json = ROOT / "benchmark/results/speed/results.json"
     if args.throughput:
-        cmd = ["python", "benchmark/throughput.py", "--algos", *present, "--repetitions", str(args.repetitions)]
-        sh([sys.executable, *cmd[1:]])
-    if not tp_json.exists():
-        fail(f"{tp_json} does not exist; run without --no-throughput")
-    throughput = json.loads(tp_json.read_text())
-    shutil.copy(tp_json, figures / "throughput.json")
+        # exit 1: some runs failed; the table shows them as failed and the page names them
+        sh([sys.executable, "benchmark/throughput.py"], ok=(0, 1))
+    throughput = json.loads(tp_json.read_text()) if tp_json.exists() else None
+    if throughput is not None:
+        shutil.copy(tp_json, figures / "throughput.json")
 
     # 4. the page
-    page = render(args, commands, throughput, missing, report_dir)
+    page = render(args, commands, throughput, report_dir)
     (ROOT / "docs/benchmark.md").write_text(page)
     print(f"wrote docs/benchmark.md and {len(list(figures.iterdir()))} files in {figures}")
 
 
-def render(args: Args, commands: list[str], throughput: dict, missing: list[str], report_dir: Path) -> str:
-    summary = (ROOT / report_dir / "summary.md").read_text().strip()
-    aggregate = (ROOT / report_dir / "aggregate.md").read_text().strip()
+GPU_COMMAND = (
+    "python benchmark/throughput.py --cuda --scripts ppo_atari ppo_continuous_action sac_continuous_action "
+    "td3_continuous_action dqn_atari --variants compile+cudagraphs compile+cudagraphs+amp --no-sb3 --rounds 1 "
+    "--budget-scale 4 --timeout 240 --out benchmark/results/speed-gpu"
+)
+
+
+def budgets_table() -> str:
+    """What the default table runs per script, from SPECS (so the page cannot drift from the tool)."""
+    lines = ["| script | env | envs | steps per run | rounds | SB3 | raw env |", "|---|---|---|---|---|---|---|"]
+    raw = {"sync": "SyncVectorEnv", "atari": "ale-py AtariVectorEnv", "procgen": "envpool Procgen"}
+    for name, spec in SPECS.items():
+        steps, described = budget(spec, 1.0)
+        launch = f" (torchrun, {spec['nproc']} processes)" if spec.get("nproc") else ""
+        sb3 = f"{spec['sb3']['algo'].upper()}" + (" (Atari)" if spec["sb3"].get("atari") else "") if "sb3" in spec else "none"
+        lines.append(
+            f"| {name}{launch} | {spec['env_id']} | {spec['num_envs']} | {steps}: {described} | "
+            f"{FAMILY_ROUNDS[spec['family']]} | {sb3} | {raw[spec['raw']]} |"
+        )
+    return "\n".join(lines)
+
+
+def throughput_results(throughput: dict) -> str:
+    if throughput is None:
+        return (
+            "No table has been measured on this machine with this version of the tool yet: run the command above, "
+            "then `python benchmark/make_docs.py --no-throughput` puts it here."
+        )
     from benchmark.throughput import markdown
 
-    tp_table = markdown(throughput["results"])
-    loads = [x for r in throughput["results"] for x in r.get("load_average", [])]
-    load_note = f" The 1-minute load average after the rounds ranged {min(loads)} to {max(loads)} on {os.cpu_count()} cores." if loads else ""
+    results = throughput["results"]
+    m = throughput["machine"]
+    sb3 = next((r["versions"]["stable_baselines3"] for row in results for r in row["runs"] if "versions" in r), None)
+    loads = [x for row in results for r in row["runs"] for x in (r["load_before"], r["load_after"])]
+    failed = [f"{row['script']} {r['label']} round {r['round']}" for row in results for r in row["runs"] if "error" in r]
+    return (
+        f"Command: `{throughput['command']}` (started {throughput['started']}, finished {throughput['finished']}; "
+        f"{m['cpu']}, {m['gpu']}, torch {m['torch']}" + (f", SB3 {sb3}" if sb3 else "") + "). "
+        + (f"The 1-minute load average around the runs ranged {min(loads):.1f} to {max(loads):.1f}. " if loads else "")
+        + (f"Failed runs: {', '.join(failed)} (their errors are in the raw data). " if failed else "")
+        + f"\n\n{markdown(results, throughput['variants'])}\n\nRaw data, with every run: [throughput.json](benchmark/throughput.json)."
+    )
+
+
+def render(args: Args, commands: list[str], throughput: Optional[dict], report_dir: Path) -> str:
+    summary = (ROOT / report_dir / "summary.md").read_text().strip()
+    aggregate = (ROOT / report_dir / "aggregate.md").read_text().strip()
+    m = machine_description()
+    machine = f"{m['cpu']}, {m['gpu']}, Python {m['python']}, torch {m['torch']}"
     # only committed scripts: the docs tests parse every included command against its script's CLI
     tracked = subprocess.run(["git", "ls-files", "cleanrl"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     landed = [s for s in SCRIPTS if f"cleanrl/{s}.py" in tracked]
     pending = [s for s in SCRIPTS if s not in landed]
     includes = "\n\n".join(f"`benchmark/{s}.sh`\n\n```bash\n--8<-- \"benchmark/{s}.sh\"\n```" for s in landed)
-    env_figs = "\n".join(f"![{e}](benchmark/{e}.png)" for e in args.env_ids)
     gen = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     cmds = "\n".join(commands)
     pending_note = f"\n\nScripts not yet committed when this page was generated (their `.sh` exists): {', '.join(pending)}." if pending else ""
-    missing_note = f" Not measured (script missing when the page was generated): {', '.join(missing)}." if missing else ""
     return f"""# Benchmark
 
 <!-- generated by `python benchmark/make_docs.py` on {gen}; edit benchmark/make_docs.py, not this file -->
@@ -145,8 +177,8 @@ no W&B account is needed. Everything on this page was produced on this machine b
 python benchmark/make_docs.py
 ```
 
-Machine: {throughput['machine']}. The machine is shared with other work, so throughput numbers are noisy; the
-throughput benchmark alternates the implementations to spread that noise over both.
+Machine: {machine}. The machine is shared with other work, so throughput numbers are noisy; the
+throughput benchmark alternates the implementations to spread that noise over all of them.
 
 ## Benchmark commands of every script
 
@@ -210,29 +242,69 @@ the full budgets are in the `.sh` files above). Commands:
 Per-env figures: {", ".join(f"[{e}](benchmark/{e}.png) ([svg](benchmark/{e}.svg))" for e in args.env_ids)};
 tables: [summary.csv](benchmark/summary.csv), [runs.csv](benchmark/runs.csv), [aggregate.csv](benchmark/aggregate.csv).
 
-## Throughput: ours vs Stable-Baselines3 vs the environment
+## Throughput: plain path, speed flags, Stable-Baselines3 and the environment
 
-`benchmark/throughput.py` trains our script and Stable-Baselines3's equivalent on the same env with the same budget and
-hyperparameters (same number of envs, rollout and minibatch sizes, epochs, network sizes, learning starts and
-update frequencies; the mapping is written next to `SPECS` in the tool), alternating ours, SB3, raw env in each
-round. SPS: ours = last `charts/SPS`; SB3 = steps / wall time of `model.learn()`; both exclude imports and model
-construction and use one torch thread on CPU. Raw env = gymnasium `SyncVectorEnv` with the same number of envs and
-random actions, no learning: the ceiling for training SPS. Values are medians over the rounds.{missing_note}{load_note}
-With few rounds on a shared machine the ratios are uncertain by tens of percent (the per-round columns show the
-spread; an invocation under heavier load moved some ratios by more than that). The DQN, TD3 and SAC budgets include
-their learning-starts steps (10000 and 1000) of random actions without updates.
-
-Stable-Baselines3 lives in its own virtual environment (it is not a dependency of this project):
+`benchmark/throughput.py` measures the training throughput (environment steps per second, SPS) of every script on
+the plain path and with its speed flags, next to Stable-Baselines3 (SB3) where SB3 has the algorithm and next to the
+raw environment. One command makes the whole CPU table, about 35 minutes on an idle 2-core machine (let nothing
+else run meanwhile; it writes `benchmark/results/speed/results.md` and `results.json`):
 
 ```bash
-python benchmark/throughput.py --setup-sb3-venv benchmark/results/.venv-sb3
+python benchmark/throughput.py
 ```
 
-Command: `{throughput['command']}` (finished {throughput['finished']}; SB3 {throughput['results'][0]['sb3_versions'].get('stable_baselines3', '?')}).
+On a machine with a CUDA GPU, one command makes the GPU table of the five scripts where a GPU matters most (plain,
+`--compile --cudagraphs`, and with `--amp` for the CNN scripts; estimated under 10 minutes, not yet run):
 
-{tp_table}
+```bash
+{GPU_COMMAND}
+```
 
-Raw data: [throughput.json](benchmark/throughput.json).
+How it measures:
+
+- Rounds: for each script, `rounds` rounds of [plain, each variant, SB3, raw env], alternating, so load noise hits
+  every column alike; 2 rounds for classic control and MuJoCo, 1 for Atari and Procgen (`--rounds` overrides).
+  Values are medians over the rounds. Hyperparameters that shape the work are passed explicitly (`SPECS` in the tool,
+  with the mapping to SB3's arguments); budgets per run (`--budget-scale` multiplies their measured part):
+
+{budgets_table()}
+
+- Ours: the last `charts/SPS` of the run's event file. The scripts start that clock after a warm-up that holds the
+  compilation: PPO and PPG at the end of the first iteration, DQN, C51, DDPG, TD3 and SAC just after their first
+  gradient update (the random learning-starts steps are not measured either). So SPS leaves out compile time; the
+  per-run list in `results.md` has each process's wall seconds, which include it.
+- Variants: `--variants compile` (the default) runs each script again with `--compile`; a variant is flag names
+  joined by `+`, so `--variants compile compile+amp` also runs `--compile --amp`. `amp` applies to the CNN scripts
+  (Atari, Procgen) only and `cudagraphs` to `--cuda` runs only; elsewhere the cell says n/a. `--amp` is not in the
+  default CPU table: bf16 autocast is slow on most CPUs, and each extra compiled run of a CNN script costs a minute
+  or more on 2 cores.
+- SB3 (PPO, PPO continuous, PPO Atari, DQN, DQN Atari, DDPG, TD3, SAC; none for C51, PPG and multi-process PPO): the
+  same warm-up rule, its clock starting at the first rollout after its first gradient update; the per-run list also
+  has SPS over its whole `model.learn()`. SB3 lives in its own virtual environment (it is not a dependency of this
+  project), made once with the CPU torch wheel pinned, plus ale-py and OpenCV for SB3's Atari wrappers (neither
+  pulls torch): `python benchmark/throughput.py --setup-sb3-venv benchmark/results/.venv-sb3`. SB3's Atari
+  preprocessing runs in Python wrappers over `DummyVecEnv`, ours in ale-py's native vector env. The GPU command
+  leaves SB3 out (`--no-sb3`): that venv has the CPU torch.
+- Raw env: the script's vector env alone, random actions, no learning, for `--raw-seconds`: gymnasium
+  `SyncVectorEnv` with the script's number of envs (same-step autoreset, episode statistics) for classic control
+  and MuJoCo, ale-py's native `AtariVectorEnv` with the Atari scripts' preprocessing, envpool's Procgen for
+  `ppg_procgen.py`. It is the ceiling for any trainer with that env on this machine.
+- `ppo_atari_multigpu.py` runs as `python -m torch.distributed.run --standalone --nproc_per_node=2`, gloo on CPU;
+  its SPS is global steps (both ranks) per second of rank 0's clock, and its raw env is one native vector env with
+  all 8 envs.
+- Every trainer uses one torch thread on CPU. `--cuda` gives our runs `--cuda` (else `--no-cuda`, and no GPU is
+  visible to any run).
+
+How to read the table: `X / plain` is the speed-up of flag set X on this machine (above 1: faster; the aim for the
+classic-control and MuJoCo scripts on CPU is 1.5 or more with `--compile`); `X / SB3` compares our run with SB3 doing
+the same work (above 1: ours is faster); `X / raw` is the fraction of the environment's own ceiling the training
+reaches (near 1: the env is the bottleneck; small: the networks and updates are). `budget per run` is what one run
+trained, `load before → after` the range of the 1-minute load average before and after the row's runs: above the
+number of cores, other work shared the CPU and the row's ratios are uncertain by tens of percent. A run that fails
+(a script without the flag, a crash, `--timeout`) shows `failed`, its error and log are in `results.md`, the rest
+of the table is still measured, and the tool exits 1.
+
+{throughput_results(throughput)}
 """
 
 

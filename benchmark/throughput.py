@@ -1,29 +1,45 @@
 # docs: docs/benchmark.md
-"""Training throughput of our scripts next to Stable-Baselines3 on the same env and budget, and the env's own limit.
+"""Training throughput of every script, plain and with its speed flags, next to Stable-Baselines3 and the raw env.
 
-For each algorithm, in one invocation: `--repetitions` rounds of [ours, SB3, raw env], alternating, so load noise on
-a shared machine hits both sides alike. Reported: medians over the rounds and the ratios ours/SB3 and ours/raw.
-- ours: `python cleanrl/<script>.py` in a scratch working directory; SPS = its last `charts/SPS` (global_step /
-  seconds since training started, set-up excluded). The hyperparameters that shape the work are passed explicitly.
+One invocation measures, for each script in --scripts, `rounds` alternating rounds of
+    [plain, each speed-flag variant (--variants), Stable-Baselines3 (where SB3 has the algorithm), raw env]
+so load noise on a shared machine hits every column alike, and reports medians over the rounds and the ratios
+variant/plain, ours/SB3 and ours/raw env, in results.json and results.md (with the machine, torch version, the
+budget of each row and the 1-minute load average before and after every run).
+- ours: `python cleanrl/<script>.py` (ppo_atari_multigpu.py: `python -m torch.distributed.run --standalone
+  --nproc_per_node=2`, gloo on CPU) in a scratch working directory, with the hyperparameters that shape the work
+  passed explicitly (SPECS); SPS = its last `charts/SPS`, which the scripts measure after a warm-up that holds the
+  compilation (on-policy: from the end of the first iteration; off-policy: from just after the first gradient update).
+- variants: `--variants compile compile+amp` runs `--compile` and `--compile --amp`: each variant is words joined by
+  `+`, each word a boolean flag of the scripts. `amp` applies to the CNN scripts only and `cudagraphs` to --cuda
+  runs only; elsewhere the cell says n/a. A run that fails (a script without the flag, a crash, --timeout) is
+  reported with its exit code, error line and log, the table goes on, and the tool exits 1 at the end.
 - SB3: benchmark/throughput_sb3_helpers.py run by the python of a SEPARATE virtual environment (Stable-Baselines3 is
-  not a dependency of this project), with keyword arguments that mirror ours (see SPECS); SPS = steps / wall time
-  of `model.learn()`.
-- raw env: gymnasium SyncVectorEnv with the same number of envs (same-step autoreset, episode statistics, as in our
-  scripts), random actions, no learning: the most steps per second any trainer could reach with this vector env.
-Both trainers run on CPU with one torch thread. The wall time of each whole process (imports included) is kept too.
+  not a dependency of this project), with keyword arguments that mirror ours (SPECS); SPS by the same warm-up rule.
+- raw env: benchmark/throughput_raw_env.py: the script's vector env (SyncVectorEnv for classic control and MuJoCo,
+  ale-py's native AtariVectorEnv for Atari, envpool for Procgen) with the script's number of envs, random actions,
+  no learning, for --raw-seconds: the ceiling for any trainer's SPS with that env.
+On CPU every trainer uses one torch thread (the scripts and the SB3 helper set it).
 
-Set up the SB3 environment once (the CPU torch wheel pinned, so pip does not pull a CUDA build):
+Set up the SB3 environment once (the CPU torch wheel pinned, so pip does not pull a CUDA build; ale-py and OpenCV
+for SB3's Atari wrappers, neither depends on torch):
     python benchmark/throughput.py --setup-sb3-venv benchmark/results/.venv-sb3
 
 Run:
-    python benchmark/throughput.py --algos ppo dqn --repetitions 2
+    python benchmark/throughput.py                                   # the whole CPU table (about 35 min idle)
+    python benchmark/throughput.py --scripts ppo dqn --rounds 1      # a part of it
+    python benchmark/throughput.py --cuda --scripts ppo_atari ppo_continuous_action sac_continuous_action \
+        td3_continuous_action dqn_atari --variants compile+cudagraphs compile+cudagraphs+amp --no-sb3 --rounds 1 \
+        --budget-scale 4 --timeout 240 --out benchmark/results/speed-gpu     # the GPU table
     python benchmark/throughput.py --help
 """
 
 import json
 import os
 import platform
+import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,63 +55,76 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class Args:
-    algos: list[str] = field(default_factory=lambda: ["ppo"])
-    """the algorithms to compare (keys of SPECS: ppo, ppo_continuous_action, dqn, ddpg, td3, sac)"""
-    repetitions: int = 2
-    """the number of alternating rounds [ours, SB3, raw env] per algorithm"""
-    total_timesteps: Optional[int] = None
-    """the training budget of every run; None uses each algorithm's default in SPECS"""
-    raw_steps: int = 20000
-    """the environment steps of each raw env measurement"""
+    scripts: list[str] = field(default_factory=lambda: list(SPECS))
+    """the scripts to measure (keys of SPECS: the names in cleanrl/ without .py)"""
+    variants: list[str] = field(default_factory=lambda: ["compile"])
+    """the speed-flag variants next to the plain path: words joined by '+', each a boolean flag (compile+amp runs
+    --compile --amp); amp applies to the CNN scripts only, cudagraphs to --cuda runs only"""
+    rounds: Optional[int] = None
+    """alternating rounds per script; None uses SPECS (2 for classic control and MuJoCo, 1 for Atari and Procgen)"""
+    budget_scale: float = 1.0
+    """multiplies the measured part of every budget in SPECS (PPO-style iterations, off-policy steps after
+    learning starts); at least 2 iterations (the first is warm-up) or 200 measured steps remain"""
+    cuda: bool = False
+    """if toggled, our runs get --cuda and SB3 runs on cuda; else --no-cuda and no GPU is visible to any run"""
+    sb3: bool = True
+    """if toggled, measure Stable-Baselines3 where it has the algorithm"""
+    raw_seconds: float = 3.0
+    """seconds of stepping in each raw env measurement"""
     seed: int = 1
     """the seed of every run"""
     sb3_python: str = "benchmark/results/.venv-sb3/bin/python"
     """the python of the virtual environment that has stable-baselines3"""
     setup_sb3_venv: Optional[str] = None
     """if set, create a virtual environment with stable-baselines3 at this path, and exit"""
-    out: str = "benchmark/results/throughput"
-    """the folder for results.json, results.md and the scratch runs"""
-    timeout: float = 1800
-    """seconds after which one training process is killed (the benchmark then fails)"""
+    out: str = "benchmark/results/speed"
+    """the folder for results.json, results.md and the scratch runs (work/<script>/<run>/round<k>/)"""
+    timeout: float = 900
+    """seconds after which one run is killed (it then counts as failed)"""
 
 
 def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
 
 
-# What is compared. `ours` are flags of our script (given explicitly, so a changed default cannot skew the
-# comparison); `sb3` are the SB3 constructor arguments that do the same work. Mapping notes:
+# What is compared, per script. `ours` are flags of our script (given explicitly, so a changed default cannot skew the
+# comparison); `sb3` are the SB3 arguments that do the same work; `raw` the kind of raw env (see
+# throughput_raw_env.py). Budgets: on-policy scripts run `iterations` iterations of `iteration` steps (the first one
+# is warm-up, not measured); off-policy scripts `learning_starts` random steps (not measured) plus `measured` steps.
+# They are sized so the whole default table takes about 35 minutes on an idle 2-core machine, each measured window
+# lasting several seconds. Mapping notes:
 # - PPO: SB3 batch_size is our minibatch size (num_envs * num_steps / num_minibatches); n_epochs = update_epochs;
 #   clip_range_vf = clip_coef because our value loss is clipped (clip_vloss); Adam eps 1e-5 as ours; separate
 #   64-64 tanh actor and critic with orthogonal init (SB3's default for MlpPolicy); linear lr annealing.
 # - PPO continuous: VecNormalize for our observation and reward normalization (obs clipped at 10; SB3 also clips
 #   the normalized reward at 10), log std initialized at 0 and state-independent as ours.
+# - PPO Atari: SB3's CnnPolicy is the Nature CNN shared by the policy and value heads, as ours; SB3's AtariWrapper
+#   preprocesses in Python wrappers over DummyVecEnv where ours uses ale-py's native vector env (the raw env column
+#   shows that env's ceiling).
 # - DQN: 120-84 ReLU Q-network as ours; SB3 clips gradients at max_grad_norm (we set it too high to bind) and uses
 #   the Huber loss where ours uses the squared error (same cost); target_update_interval and train_freq count env
-#   steps as ours do with 1 env.
+#   steps as ours do with 1 env. DQN Atari: Nature CNN Q-network, Huber loss in both.
 # - DDPG/TD3/SAC: 256-256 ReLU networks, one gradient step per env step after learning_starts, delayed actor
-#   updates every policy_frequency steps for TD3 (SB3 policy_delay); SB3 uses one learning rate for actor and
-#   critic, so both are set to our policy/q learning rates only where they are equal (noted per spec).
+#   updates every policy_frequency steps for TD3 (SB3 policy_delay); SB3's DDPG updates its actor at every step
+#   (it has no policy delay) where ours does every 2nd, so SB3 does more work there; SB3 uses one learning rate
+#   for actor and critic (noted per spec).
+# - No SB3 counterpart: C51 (classic and Atari), PPG, and multi-process PPO.
+PPO_MLP = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", ortho_init=True, optimizer_kwargs=dict(eps=1e-5))
+OFF_POLICY_CONTINUOUS = ["--num-envs", "1", "--batch-size", "256", "--buffer-size", "100000", "--tau", "0.005"]
 SPECS = {
     "ppo": dict(
-        script="ppo.py",
-        env_id="CartPole-v1",
-        num_envs=4,
-        total_timesteps=50_000,
+        script="ppo.py", env_id="CartPole-v1", family="classic", num_envs=4, iteration=512, iterations=100,
         ours=["--num-envs", "4", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
               "--learning-rate", "2.5e-4", "--anneal-lr", "--ent-coef", "0.01", "--clip-coef", "0.2", "--clip-vloss"],
         sb3=dict(algo="ppo", kwargs=dict(
             n_steps=128, batch_size=128, n_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
             clip_range=0.2, clip_range_vf=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, normalize_advantage=True,
-            policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", ortho_init=True,
-                               optimizer_kwargs=dict(eps=1e-5)),
+            policy_kwargs=PPO_MLP,
         )),
+        raw="sync",
     ),
     "ppo_continuous_action": dict(
-        script="ppo_continuous_action.py",
-        env_id="HalfCheetah-v5",
-        num_envs=1,
-        total_timesteps=20_480,
+        script="ppo_continuous_action.py", env_id="HalfCheetah-v5", family="mujoco", num_envs=1, iteration=2048, iterations=5,
         ours=["--num-envs", "1", "--num-steps", "2048", "--num-minibatches", "32", "--update-epochs", "10",
               "--learning-rate", "3e-4", "--anneal-lr", "--ent-coef", "0.0", "--clip-vloss"],
         sb3=dict(algo="ppo", kwargs=dict(
@@ -105,69 +134,119 @@ SPECS = {
             policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0,
                                optimizer_kwargs=dict(eps=1e-5)),
         )),
+        raw="sync",
+    ),
+    "ppo_atari": dict(
+        script="ppo_atari.py", env_id="BreakoutNoFrameskip-v4", family="atari", cnn=True, num_envs=8, iteration=1024,
+        iterations=3,
+        ours=["--env-backend", "ale-vector", "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4",
+              "--update-epochs", "4", "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
+        sb3=dict(algo="ppo", atari=True, kwargs=dict(
+            n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
+            clip_range=0.1, clip_range_vf=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+            policy_kwargs=dict(optimizer_kwargs=dict(eps=1e-5)),
+        )),
+        raw="atari",
+    ),
+    "ppo_atari_multigpu": dict(
+        script="ppo_atari_multigpu.py", env_id="BreakoutNoFrameskip-v4", family="atari", cnn=True, num_envs=8,
+        iteration=1024, iterations=3, nproc=2,
+        ours=["--env-backend", "ale-vector", "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4",
+              "--update-epochs", "4", "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
+        raw="atari",  # one native vector env with all 8 envs: the env work of both ranks together
     ),
     "dqn": dict(
-        script="dqn.py",
-        env_id="CartPole-v1",
-        num_envs=1,
-        total_timesteps=50_000,
+        script="dqn.py", env_id="CartPole-v1", family="classic", num_envs=1, learning_starts=1000, measured=24000,
         ours=["--num-envs", "1", "--buffer-size", "10000", "--learning-rate", "2.5e-4", "--batch-size", "128",
-              "--learning-starts", "10000", "--train-frequency", "10", "--target-network-frequency", "500",
-              "--tau", "1.0", "--exploration-fraction", "0.5", "--start-e", "1.0", "--end-e", "0.05"],
+              "--train-frequency", "10", "--target-network-frequency", "500", "--tau", "1.0",
+              "--exploration-fraction", "0.5", "--start-e", "1.0", "--end-e", "0.05"],
         sb3=dict(algo="dqn", kwargs=dict(
-            buffer_size=10000, learning_rate=2.5e-4, batch_size=128, learning_starts=10000, train_freq=10,
+            buffer_size=10000, learning_rate=2.5e-4, batch_size=128, train_freq=10,
             gradient_steps=1, target_update_interval=500, tau=1.0, gamma=0.99, exploration_fraction=0.5,
             exploration_initial_eps=1.0, exploration_final_eps=0.05, max_grad_norm=1e9,
             policy_kwargs=dict(net_arch=[120, 84], activation_fn="relu"),
         )),
+        raw="sync",
     ),
-    "ddpg": dict(
-        script="ddpg_continuous_action.py",
-        env_id="Pendulum-v1",
-        num_envs=1,
-        total_timesteps=3_000,
-        ours=["--num-envs", "1", "--learning-starts", "1000", "--batch-size", "256", "--buffer-size", "100000",
-              "--policy-lr", "3e-4", "--q-lr", "3e-4", "--tau", "0.005", "--exploration-noise", "0.1", "--policy-frequency", "2"],
+    "c51": dict(
+        script="c51.py", env_id="CartPole-v1", family="classic", num_envs=1, learning_starts=1000, measured=12000,
+        ours=["--num-envs", "1", "--buffer-size", "10000", "--learning-rate", "2.5e-4", "--batch-size", "128",
+              "--train-frequency", "10", "--target-network-frequency", "500", "--n-atoms", "101"],
+        raw="sync",
+    ),
+    "dqn_atari": dict(
+        script="dqn_atari.py", env_id="BreakoutNoFrameskip-v4", family="atari", cnn=True, num_envs=1,
+        learning_starts=1000, measured=2000,
+        ours=["--env-backend", "ale-vector", "--num-envs", "1", "--buffer-size", "10000", "--learning-rate", "1e-4",
+              "--batch-size", "32", "--train-frequency", "4", "--target-network-frequency", "1000"],
+        sb3=dict(algo="dqn", atari=True, kwargs=dict(
+            buffer_size=10000, learning_rate=1e-4, batch_size=32, train_freq=4, gradient_steps=1,
+            target_update_interval=1000, tau=1.0, gamma=0.99, exploration_fraction=0.1, exploration_initial_eps=1.0,
+            exploration_final_eps=0.01, max_grad_norm=1e9,
+        )),
+        raw="atari",
+    ),
+    "c51_atari": dict(
+        script="c51_atari.py", env_id="BreakoutNoFrameskip-v4", family="atari", cnn=True, num_envs=1,
+        learning_starts=1000, measured=2000,
+        ours=["--env-backend", "ale-vector", "--num-envs", "1", "--buffer-size", "10000", "--batch-size", "32",
+              "--train-frequency", "4", "--target-network-frequency", "1000"],
+        raw="atari",
+    ),
+    "ddpg_continuous_action": dict(
+        script="ddpg_continuous_action.py", env_id="HalfCheetah-v5", family="mujoco", num_envs=1, learning_starts=1000,
+        measured=2000,
+        ours=[*OFF_POLICY_CONTINUOUS, "--policy-lr", "3e-4", "--q-lr", "3e-4", "--exploration-noise", "0.1",
+              "--policy-frequency", "2"],
         sb3=dict(algo="ddpg", kwargs=dict(
-            learning_starts=1000, batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
+            batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
             train_freq=1, gradient_steps=1, action_noise_std=0.1,
             policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
         )),
+        raw="sync",
     ),
-    "td3": dict(
-        script="td3_continuous_action.py",
-        env_id="Pendulum-v1",
-        num_envs=1,
-        total_timesteps=3_000,
-        ours=["--num-envs", "1", "--learning-starts", "1000", "--batch-size", "256", "--buffer-size", "100000",
-              "--policy-lr", "3e-4", "--q-lr", "3e-4", "--tau", "0.005", "--exploration-noise", "0.1",
+    "td3_continuous_action": dict(
+        script="td3_continuous_action.py", env_id="HalfCheetah-v5", family="mujoco", num_envs=1, learning_starts=1000,
+        measured=1200,
+        ours=[*OFF_POLICY_CONTINUOUS, "--policy-lr", "3e-4", "--q-lr", "3e-4", "--exploration-noise", "0.1",
               "--policy-frequency", "2", "--policy-noise", "0.2", "--noise-clip", "0.5"],
         sb3=dict(algo="td3", kwargs=dict(
-            learning_starts=1000, batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
+            batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
             train_freq=1, gradient_steps=1, action_noise_std=0.1, policy_delay=2, target_policy_noise=0.2,
             target_noise_clip=0.5, policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
         )),
+        raw="sync",
     ),
-    "sac": dict(
-        script="sac_continuous_action.py",
-        env_id="Pendulum-v1",
-        num_envs=1,
-        total_timesteps=3_000,
-        ours=["--num-envs", "1", "--learning-starts", "1000", "--batch-size", "256", "--buffer-size", "100000",
-              "--tau", "0.005", "--autotune", "--policy-lr", "3e-4", "--q-lr", "1e-3", "--policy-frequency", "2",
+    "sac_continuous_action": dict(
+        script="sac_continuous_action.py", env_id="HalfCheetah-v5", family="mujoco", num_envs=1, learning_starts=1000,
+        measured=800,
+        ours=[*OFF_POLICY_CONTINUOUS, "--autotune", "--policy-lr", "3e-4", "--q-lr", "1e-3", "--policy-frequency", "2",
               "--target-network-frequency", "1"],
         # ours: 2 actor updates every 2nd step (as CleanRL), SB3: 1 every step, so the same number of actor updates;
         # SB3 has one learning rate for all networks, 3e-4 (our critic's is 1e-3; the cost is the same)
         sb3=dict(algo="sac", kwargs=dict(
-            learning_starts=1000, batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
+            batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
             train_freq=1, gradient_steps=1, ent_coef="auto",
             policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
         )),
+        raw="sync",
     ),
-}
+    "ppg_procgen": dict(
+        script="ppg_procgen.py", env_id="StarpilotEasy-v0", family="procgen", cnn=True, num_envs=8,
+        iteration=512, iterations=4,
+        # 2 policy iterations per phase, so the measured iterations 2-4 hold 1 auxiliary phase (after iteration 2)
+        # and the start of the next; smaller than the script's defaults (64 envs x 256 steps, 32 iterations per
+        # phase), which would take hours per phase on a 2-core CPU
+        ours=["--num-envs", "8", "--num-steps", "64", "--num-minibatches", "4", "--n-iteration", "2",
+              "--e-auxiliary", "1", "--num-aux-rollouts", "4"],
+        raw="procgen",
+    ),
+}  # fmt: skip
+FAMILY_ROUNDS = {"classic": 2, "mujoco": 2, "atari": 1, "procgen": 1}
 
 
 def setup_sb3_venv(path: str) -> None:
+    import ale_py
     import gymnasium
     import torch
 
@@ -175,83 +254,151 @@ def setup_sb3_venv(path: str) -> None:
     if venv.exists():
         fail(f"{venv} exists; remove it first or use it with --sb3-python {venv}/bin/python")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # the same torch and gymnasium versions as ours, so only the library differs; the CPU torch build is pinned
+    # the same torch, gymnasium and ale-py versions as ours, so only the library differs; the CPU torch build is
+    # pinned (its wheel comes from PyPI's default index, which on Linux is the CUDA build: hence the version's +cpu
+    # local tag must match what is installed here); ale-py and OpenCV (SB3's Atari wrappers) do not depend on torch
     torch_version = torch.__version__.split("+")[0]
-    packages = [f"torch=={torch_version}", "stable-baselines3", f"gymnasium[classic-control,mujoco]=={gymnasium.__version__}", "tensorboard"]
+    packages = [f"torch=={torch_version}", "stable-baselines3", f"gymnasium[classic-control,mujoco]=={gymnasium.__version__}",
+                f"ale-py=={ale_py.__version__}", "opencv-python-headless", "tensorboard"]  # fmt: skip
     print(f"installing into {venv}: {' '.join(packages)}", flush=True)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages], check=True)
     print(f"done; use it with --sb3-python {venv}/bin/python", flush=True)
 
 
-def read_last_scalar(run_dir: Path, tag: str) -> float:
+def read_last_scalar(run_dir: Path, tag: str) -> Optional[float]:
     from tensorboard.backend.event_processing import event_accumulator
 
     acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
     if tag not in acc.Tags()["scalars"]:
-        fail(f"{run_dir} has no {tag} scalar")
+        return None
     return float(acc.Scalars(tag)[-1].value)
 
 
-def run_process(cmd: list[str], cwd: Path, log: Path, timeout: float) -> float:
-    """Run cmd with its output in `log`; a non-zero exit stops the benchmark with the log's tail. Returns wall seconds."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", WANDB_MODE="offline", CUDA_VISIBLE_DEVICES="")
+def budget(spec: dict, scale: float) -> tuple[int, str]:
+    """(total timesteps, description) of one run of the spec, its measured part scaled."""
+    if "iteration" in spec:
+        iterations = max(2, round(spec["iterations"] * scale))
+        return iterations * spec["iteration"], f"{iterations} iterations of {spec['iteration']}, the first one warm-up"
+    measured = max(200, round(spec["measured"] * scale / 100) * 100)
+    return spec["learning_starts"] + measured, f"{spec['learning_starts']} learning starts, then {measured} measured"
+
+
+def variant_flags(variant: str) -> list[str]:
+    return [f"--{word}" for word in variant.split("+")]
+
+
+def applies(variant: str, spec: dict, cuda: bool) -> Optional[str]:
+    """None if the variant applies to the spec's script, else why not."""
+    words = variant.split("+")
+    if "amp" in words and not spec.get("cnn"):
+        return "amp: CNN scripts only"
+    if "cudagraphs" in words and not cuda:
+        return "cudagraphs: CUDA only"
+    return None
+
+
+def error_line(log: Path) -> str:
+    """The line of a failed run's log that says why: its last `error:` line, tyro's complaint, or the last line."""
+    lines = [l.strip(" │╭╮╰╯─\t") for l in log.read_text(errors="replace").splitlines()]
+    lines = [l for l in lines if l]
+    for pattern in (r"^error:", r"^Unrecognized options:", r"^\w*(Error|Exception)\b"):
+        hits = [l for l in lines if re.search(pattern, l)]
+        if hits:
+            return hits[-1]
+    return lines[-1] if lines else "(empty log)"
+
+
+def run_process(cmd: list[str], cwd: Path, env: dict, timeout: float) -> dict:
+    """Run cmd in cwd with its output in cwd/log.txt. Returns wall seconds and, if it failed, why."""
+    if cwd.exists():
+        shutil.rmtree(cwd)
+    cwd.mkdir(parents=True)
+    log = cwd / "log.txt"
     start = time.time()
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        # a session of its own, so a timeout also stops torchrun's workers
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return {"process_seconds": time.time() - start, "error": f"killed after --timeout {timeout:g} s (log {log})"}
+        except BaseException:  # Ctrl-C or SIGTERM of the tool: the run goes too
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     seconds = time.time() - start
-    if proc.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        fail(f"{' '.join(cmd)} exited {proc.returncode} (log {log}):\n{tail}")
-    return seconds
+    if code != 0:
+        return {"process_seconds": seconds, "error": f"exit {code}: {error_line(log)} (log {log})"}
+    return {"process_seconds": seconds}
 
 
-def run_ours(spec: dict, steps: int, seed: int, work: Path, timeout: float) -> dict:
-    if work.exists():
-        shutil.rmtree(work)
-    cmd = [sys.executable, str(ROOT / "cleanrl" / spec["script"]), "--env-id", spec["env_id"], "--seed", str(seed),
-           "--total-timesteps", str(steps), "--no-cuda", *spec["ours"]]  # fmt: skip
-    seconds = run_process(cmd, work, work / "log.txt", timeout)
-    run_dirs = [p for p in (work / "runs").iterdir() if p.is_dir()]
+def run_env(cuda: bool) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", WANDB_MODE="offline")
+    if not cuda:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def script_argv(spec: dict, steps: int, seed: int, cuda: bool) -> list[str]:
+    """The flags of our script's plain run."""
+    starts = ["--learning-starts", str(spec["learning_starts"])] if "learning_starts" in spec else []
+    return ["--env-id", spec["env_id"], "--seed", str(seed), "--total-timesteps", str(steps),
+            "--cuda" if cuda else "--no-cuda", *starts, *spec["ours"]]  # fmt: skip
+
+
+def run_ours(spec: dict, steps: int, flags: list[str], args: Args, work: Path) -> dict:
+    script = str(ROOT / "cleanrl" / spec["script"])
+    launch = [sys.executable, script]
+    if spec.get("nproc"):
+        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={spec['nproc']}", script]  # fmt: skip
+    cmd = [*launch, *script_argv(spec, steps, args.seed, args.cuda), *flags]
+    result = run_process(cmd, work, run_env(args.cuda), args.timeout)
+    if "error" in result:
+        return result
+    runs = work / "runs"
+    run_dirs = [p for p in runs.rglob("*") if p.is_dir() and any(p.glob("events.out.tfevents.*"))] if runs.is_dir() else []
     if len(run_dirs) != 1:
-        fail(f"expected one run directory in {work / 'runs'}, found {run_dirs}")
-    return {"sps": read_last_scalar(run_dirs[0], "charts/SPS"), "process_seconds": seconds}
+        return dict(result, error=f"expected one run directory with an event file in {runs}, found {len(run_dirs)}")
+    sps = read_last_scalar(run_dirs[0], "charts/SPS")
+    if sps is None:
+        return dict(result, error=f"{run_dirs[0]} has no charts/SPS: the budget ends before any measured step")
+    return dict(result, sps=sps)
 
 
-def run_sb3(spec: dict, steps: int, seed: int, sb3_python: str, work: Path, timeout: float) -> dict:
-    if work.exists():
-        shutil.rmtree(work)
-    payload = dict(spec["sb3"], env_id=spec["env_id"], n_envs=spec["num_envs"], total_timesteps=steps, seed=seed)
+def run_sb3(spec: dict, steps: int, args: Args, sb3_python: str, work: Path) -> dict:
+    payload = dict(spec["sb3"], env_id=spec["env_id"], n_envs=spec["num_envs"], total_timesteps=steps, seed=args.seed,
+                   device="cuda" if args.cuda else "cpu")  # fmt: skip
+    if "learning_starts" in spec:
+        payload["kwargs"] = dict(payload["kwargs"], learning_starts=spec["learning_starts"])
     cmd = [sb3_python, str(ROOT / "benchmark" / "throughput_sb3_helpers.py"), json.dumps(payload)]
-    seconds = run_process(cmd, work, work / "log.txt", timeout)
+    result = run_process(cmd, work, run_env(args.cuda), args.timeout)
+    if "error" in result:
+        return result
     lines = [l for l in (work / "log.txt").read_text().splitlines() if l.startswith("THROUGHPUT ")]
     if not lines:
-        fail(f"the SB3 run printed no THROUGHPUT line; see {work / 'log.txt'}")
-    result = json.loads(lines[-1][len("THROUGHPUT ") :])
-    return {"sps": result["sps"], "process_seconds": seconds, "versions": result["versions"], "timesteps": result["timesteps"]}
+        return dict(result, error=f"the SB3 run printed no THROUGHPUT line (log {work / 'log.txt'})")
+    out = json.loads(lines[-1][len("THROUGHPUT ") :])
+    return dict(result, sps=out["sps"], learn_sps=out["learn_sps"], versions=out["versions"])
 
 
-def raw_env_sps(env_id: str, num_envs: int, steps: int, seed: int) -> float:
-    """Steps per second of the vector env alone: random actions, same wrappers and autoreset as our scripts."""
-    import gymnasium as gym
-
-    if env_id.startswith(("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid")):
-        import mujoco  # noqa: F401  (fails clearly if the MuJoCo extra is missing)
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
-    envs.reset(seed=seed)
-    envs.action_space.seed(seed)
-    n = max(steps // num_envs, 1)
-    start = time.perf_counter()
-    for _ in range(n):
-        envs.step(envs.action_space.sample())
-    seconds = time.perf_counter() - start
-    envs.close()
-    return n * num_envs / seconds
+def run_raw(spec: dict, args: Args, work: Path) -> dict:
+    payload = dict(kind=spec["raw"], env_id=spec["env_id"], num_envs=spec["num_envs"], seconds=args.raw_seconds, seed=args.seed)
+    cmd = [sys.executable, str(ROOT / "benchmark" / "throughput_raw_env.py"), json.dumps(payload)]
+    result = run_process(cmd, work, run_env(False), args.timeout)
+    if "error" in result:
+        return result
+    lines = [l for l in (work / "log.txt").read_text().splitlines() if l.startswith("RAW_ENV ")]
+    if not lines:
+        return dict(result, error=f"the raw env run printed no RAW_ENV line (log {work / 'log.txt'})")
+    return dict(result, sps=json.loads(lines[-1][len("RAW_ENV ") :])["sps"])
 
 
-def machine_description() -> str:
+def machine_description() -> dict:
     import torch
 
     cpu = platform.processor() or "unknown CPU"
@@ -265,78 +412,196 @@ def machine_description() -> str:
         proc = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
         if proc.returncode == 0 and proc.stdout.strip():
             gpu = "; ".join(proc.stdout.strip().splitlines())
-    return f"{os.cpu_count()} CPU cores ({cpu}), {gpu}, Python {platform.python_version()}, torch {torch.__version__}"
+    return dict(cpu=f"{os.cpu_count()} CPU cores ({cpu})", gpu=gpu, python=platform.python_version(), torch=torch.__version__)
 
 
-def markdown(results: list[dict]) -> str:
-    lines = [
-        "| algorithm | env | num envs | steps per run | ours SPS | SB3 SPS | ours / SB3 | raw env SPS | ours / raw env | ours SPS per round | SB3 SPS per round |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r['algo']} ({r['script']}) | {r['env_id']} | {r['num_envs']} | {r['total_timesteps']} | {r['ours_sps']:.0f} | "
-            f"{r['sb3_sps']:.0f} | {r['ours_over_sb3']:.2f} | {r['raw_sps']:.0f} | {r['ours_over_raw']:.3f} | "
-            f"{', '.join(f'{x:.0f}' for x in r['ours_rounds'])} | {', '.join(f'{x:.0f}' for x in r['sb3_rounds'])} |"
-        )
+def columns(variants: list[str]) -> list[str]:
+    """The labels of one row's measurements, in the order they run in a round."""
+    return ["plain", *variants, "sb3", "raw"]
+
+
+def summarize(row: dict) -> None:
+    """Medians over the rounds of each column, and the ratios, into the row."""
+    medians = {}
+    for label in row["columns"]:
+        values = [r["sps"] for r in row["runs"] if r["label"] == label and "sps" in r]
+        if values:
+            medians[label] = statistics.median(values)
+    ratios = {}
+    ours = ["plain", *row["variants"]]
+    for v in row["variants"]:
+        if v in medians and "plain" in medians:
+            ratios[f"{v}/plain"] = medians[v] / medians["plain"]
+    for o in ours:
+        for other in ("sb3", "raw"):
+            if o in medians and other in medians:
+                ratios[f"{o}/{other}"] = medians[o] / medians[other]
+    row["sps"], row["ratios"] = medians, ratios
+
+
+def cell(row: dict, label: str) -> str:
+    if label in row["sps"]:
+        return f"{row['sps'][label]:.0f}"
+    return row["not_run"].get(label, "failed")
+
+
+def ratio(row: dict, key: str) -> str:
+    return f"{row['ratios'][key]:.2f}" if key in row["ratios"] else "-"
+
+
+def markdown(results: list[dict], variants: list[str]) -> str:
+    head = ["script", "env (envs)", "budget per run", "rounds", "plain SPS"]
+    for v in variants:
+        head += [f"{v} SPS", f"{v} / plain"]
+    head += ["SB3 SPS", *[f"{o} / SB3" for o in ["plain", *variants]], "raw env SPS", *[f"{o} / raw" for o in ["plain", *variants]]]
+    head += ["load before → after"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in results:
+        cells = [row["script"], f"{row['env_id']} ({row['num_envs']})", f"{row['total_timesteps']}: {row['budget']}", str(row["rounds"]), cell(row, "plain")]
+        for v in variants:
+            cells += [cell(row, v), ratio(row, f"{v}/plain")]
+        cells += [cell(row, "sb3"), *[ratio(row, f"{o}/sb3") for o in ["plain", *variants]]]
+        cells += [cell(row, "raw"), *[ratio(row, f"{o}/raw") for o in ["plain", *variants]]]
+        loads = [x for r in row["runs"] for x in (r["load_before"], r["load_after"])]
+        cells.append(f"{min(loads):.1f} to {max(loads):.1f}" if loads else "-")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def runs_markdown(results: list[dict]) -> str:
+    lines = ["| script | round | run | SPS | process s | load before | load after | note |", "|---|---|---|---|---|---|---|---|"]
+    for row in results:
+        for r in row["runs"]:
+            sps = f"{r['sps']:.0f}" if "sps" in r else "failed"
+            note = r.get("error", "")
+            if "learn_sps" in r:
+                note = f"SB3 over the whole learn(): {r['learn_sps']:.0f} SPS"
+            lines.append(
+                f"| {row['script']} | {r['round']} | {r['label']} | {sps} | {r['process_seconds']:.1f} | "
+                f"{r['load_before']:.2f} | {r['load_after']:.2f} | {note.replace('|', '/')} |"
+            )
+    return "\n".join(lines)
+
+
+def write(out: Path, header: dict, results: list[dict], variants: list[str]) -> None:
+    payload = dict(header, finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), results=results)
+    (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
+    m = header["machine"]
+    sb3 = next((r["versions"]["stable_baselines3"] for row in results for r in row["runs"] if "versions" in r), None)
+    text = [
+        f"Command: `{header['command']}`",
+        "",
+        f"Machine: {m['cpu']}, {m['gpu']}; Python {m['python']}, torch {m['torch']}"
+        + (f", Stable-Baselines3 {sb3}" if sb3 else "")
+        + f"; device {'cuda' if header['cuda'] else 'cpu'}.",
+        f"Started {header['started']}, finished {payload['finished']}.",
+        "",
+        "SPS: median over the rounds. Ours: the script's last `charts/SPS` (after its warm-up); SB3: by the same "
+        "warm-up rule; raw env: the vector env alone with random actions. Load: the 1-minute load average "
+        f"before and after each run of the row, on {os.cpu_count()} cores.",
+        "",
+        markdown(results, variants),
+        "",
+        "Every run:",
+        "",
+        runs_markdown(results),
+        "",
+    ]
+    (out / "results.md").write_text("\n".join(text))
+
+
+def check(args: Args) -> Optional[Path]:
+    """Checks the input before any run or result folder exists; returns the SB3 python if SB3 runs."""
+    unknown = [s for s in args.scripts if s not in SPECS]
+    if unknown:
+        fail(f"unknown --scripts {unknown}; choose from {', '.join(SPECS)}")
+    if not args.scripts:
+        fail("--scripts is empty")
+    for name in args.scripts:
+        script = ROOT / "cleanrl" / SPECS[name]["script"]
+        if not script.is_file():
+            fail(f"--scripts {name} needs {script.relative_to(ROOT)}, which does not exist")
+    bad = [v for v in args.variants if not re.fullmatch(r"[a-z][a-z0-9-]*(\+[a-z][a-z0-9-]*)*", v)]
+    if bad:
+        fail(f"--variants {bad}: each is flag names without '--' joined by '+', like compile or compile+amp")
+    if "plain" in args.variants or len(set(args.variants)) != len(args.variants):
+        fail("--variants must be distinct and must not include plain (the plain path always runs)")
+    if args.rounds is not None and args.rounds < 1:
+        fail(f"--rounds must be at least 1, got {args.rounds}")
+    if not args.budget_scale > 0:
+        fail(f"--budget-scale must be positive, got {args.budget_scale}")
+    if not args.raw_seconds > 0:
+        fail(f"--raw-seconds must be positive, got {args.raw_seconds}")
+    if not (args.sb3 and any("sb3" in SPECS[s] for s in args.scripts)):
+        return None
+    # absolute (each run starts in its own directory) but not resolved: the venv's python is a symlink that must
+    # keep its venv path to find the venv's packages
+    sb3_python = Path(args.sb3_python).absolute()
+    if not sb3_python.is_file():
+        fail(f"no Stable-Baselines3 python at {sb3_python}; create it with: python benchmark/throughput.py --setup-sb3-venv {sb3_python.parent.parent} (or add --no-sb3)")
+    return sb3_python
 
 
 def main(args: Args) -> None:
     if args.setup_sb3_venv:
         setup_sb3_venv(args.setup_sb3_venv)
         return
-    unknown = [a for a in args.algos if a not in SPECS]
-    if unknown:
-        fail(f"unknown --algos {unknown}; choose from {sorted(SPECS)}")
-    if args.repetitions < 1:
-        fail(f"--repetitions must be at least 1, got {args.repetitions}")
-    for algo in args.algos:
-        script = ROOT / "cleanrl" / SPECS[algo]["script"]
-        if not script.is_file():
-            fail(f"--algos {algo} needs {script.relative_to(ROOT)}, which does not exist (yet)")
-    # absolute (each run starts in its own directory) but not resolved: the venv's python is a symlink that must
-    # keep its venv path to find the venv's packages
-    sb3_python = Path(args.sb3_python).absolute()
-    if not sb3_python.is_file():
-        fail(f"no Stable-Baselines3 python at {sb3_python}; create it with: python benchmark/throughput.py --setup-sb3-venv {sb3_python.parent.parent}")
-    out = Path(args.out)
+    sb3_python = check(args)
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt  # unwinds through run_process, which stops the running child
+
+    signal.signal(signal.SIGTERM, interrupted)
+    out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    command = "python benchmark/throughput.py " + " ".join(sys.argv[1:])
-    results = []
-    for algo in args.algos:
-        spec = SPECS[algo]
-        steps = args.total_timesteps or spec["total_timesteps"]
-        ours, sb3, raw, versions, load = [], [], [], {}, []
-        for k in range(args.repetitions):
-            o = run_ours(spec, steps, args.seed, out / "work" / algo / "ours", args.timeout)
-            print(f"[{algo} round {k + 1}] ours {o['sps']:.0f} SPS ({o['process_seconds']:.1f} s process)", flush=True)
-            s = run_sb3(spec, steps, args.seed, str(sb3_python), out / "work" / algo / "sb3", args.timeout)
-            print(f"[{algo} round {k + 1}] SB3  {s['sps']:.0f} SPS ({s['process_seconds']:.1f} s process)", flush=True)
-            r = raw_env_sps(spec["env_id"], spec["num_envs"], args.raw_steps, args.seed)
-            print(f"[{algo} round {k + 1}] raw env {r:.0f} SPS", flush=True)
-            ours.append(o), sb3.append(s), raw.append(r)
-            load.append(round(os.getloadavg()[0], 1))  # 1-minute load average after the round: how shared the CPU was
-            versions = s["versions"]
+    header = dict(
+        command="python benchmark/throughput.py " + " ".join(sys.argv[1:]), machine=machine_description(), cuda=args.cuda,
+        started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), variants=args.variants,
+    )  # fmt: skip
+    results, failures, t0 = [], [], time.time()
+    for name in args.scripts:
+        spec = SPECS[name]
+        steps, described = budget(spec, args.budget_scale)
+        rounds = args.rounds or FAMILY_ROUNDS[spec["family"]]
+        not_run = {v: f"n/a ({why})" for v in args.variants if (why := applies(v, spec, args.cuda))}
+        if "sb3" not in spec:
+            not_run["sb3"] = "n/a (no SB3 algorithm)"
+        elif not args.sb3:
+            not_run["sb3"] = "not run (--no-sb3)"
         row = dict(
-            algo=algo, script=spec["script"], env_id=spec["env_id"], num_envs=spec["num_envs"], total_timesteps=steps,
-            ours_sps=statistics.median(o["sps"] for o in ours), sb3_sps=statistics.median(s["sps"] for s in sb3),
-            raw_sps=statistics.median(raw), ours_rounds=[o["sps"] for o in ours], sb3_rounds=[s["sps"] for s in sb3],
-            raw_rounds=raw, ours_process_seconds=[o["process_seconds"] for o in ours],
-            sb3_process_seconds=[s["process_seconds"] for s in sb3], sb3_versions=versions, load_average=load,
-        )
-        row["ours_over_sb3"] = row["ours_sps"] / row["sb3_sps"]
-        row["ours_over_raw"] = row["ours_sps"] / row["raw_sps"]
+            script=name, env_id=spec["env_id"], family=spec["family"], num_envs=spec["num_envs"], total_timesteps=steps,
+            budget=described, rounds=rounds, variants=args.variants, columns=columns(args.variants), not_run=not_run, runs=[],
+        )  # fmt: skip
+        failed = set()
+        for k in range(1, rounds + 1):
+            for label in row["columns"]:
+                if label in not_run:
+                    continue
+                work = out / "work" / name / label / f"round{k}"
+                if label in failed:
+                    continue  # it failed in an earlier round: it would fail again
+                load_before = os.getloadavg()[0]
+                if label == "sb3":
+                    r = run_sb3(spec, steps, args, str(sb3_python), work)
+                elif label == "raw":
+                    r = run_raw(spec, args, work)
+                else:
+                    r = run_ours(spec, steps, [] if label == "plain" else variant_flags(label), args, work)
+                r.update(round=k, label=label, load_before=load_before, load_after=os.getloadavg()[0])
+                row["runs"].append(r)
+                if "error" in r:
+                    failed.add(label)
+                    failures.append(f"{name} {label} round {k}: {r['error']}")
+                    print(f"[{name} round {k}/{rounds}] {label}: FAILED {r['error']}", flush=True)
+                else:
+                    print(f"[{name} round {k}/{rounds}] {label}: {r['sps']:.0f} SPS ({r['process_seconds']:.1f} s, load {r['load_before']:.1f} -> {r['load_after']:.1f})", flush=True)  # fmt: skip
+        summarize(row)
         results.append(row)
-        write(out, command, results)  # after every algorithm, so a later failure keeps what was measured
-    print(f"\n{markdown(results)}\n\nwrote {out / 'results.json'} and {out / 'results.md'}")
-
-
-def write(out: Path, command: str, results: list[dict]) -> None:
-    machine = machine_description()
-    payload = dict(command=command, machine=machine, finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), results=results)
-    (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
-    (out / "results.md").write_text(f"Command: `{command}`\n\nMachine: {machine}\n\n{markdown(results)}\n")
+        write(out, header, results, args.variants)  # after every script, so a later failure keeps what was measured
+    print(f"\n{markdown(results, args.variants)}\n\nwrote {out / 'results.json'} and {out / 'results.md'} in {(time.time() - t0) / 60:.1f} min")
+    if failures:
+        print(f"\n{len(failures)} run(s) FAILED:\n" + "\n".join(f"- {f}" for f in failures), flush=True)
+        fail(f"{len(failures)} run(s) failed (listed above and in {out / 'results.md'})")
 
 
 if __name__ == "__main__":

@@ -3,10 +3,13 @@
 
 It is started by throughput.py as `<sb3 venv>/bin/python benchmark/throughput_sb3_helpers.py '<json spec>'`, never
 imported by our code. The spec names the algorithm, env id, number of envs, budget, seed and the SB3 keyword
-arguments that mirror our script's hyperparameters (throughput.py holds that mapping). It trains once and prints one
-line `THROUGHPUT {"sps": ..., "learn_seconds": ..., "timesteps": ..., "versions": {...}}`. SPS is the steps trained
-divided by the wall time of `model.learn()` (model construction excluded, as our scripts exclude set-up from their
-charts/SPS).
+arguments that mirror our script's hyperparameters (throughput.py holds that mapping), and optionally "atari": true
+(SB3's Atari preprocessing, make_atari_env + VecFrameStack(4), CnnPolicy) and "device". It trains once and prints one
+line `THROUGHPUT {"sps": ..., "learn_sps": ..., "learn_seconds": ..., "timesteps": ..., "versions": {...}}`.
+- sps: the rule of our scripts' charts/SPS: steps per second after a warm-up, the clock starting at the first
+  rollout that begins after the first gradient update (PPO: after the first iteration; DQN/DDPG/TD3/SAC: after the
+  first update past learning_starts) and stopping when `model.learn()` returns;
+- learn_sps: all steps trained divided by the wall time of the whole `model.learn()` (model construction excluded).
 
 Run (by hand, to check the venv):
     benchmark/results/.venv-sb3/bin/python benchmark/throughput_sb3_helpers.py '{"algo": "ppo", "env_id": "CartPole-v1", "n_envs": 4, "total_timesteps": 2048, "seed": 1, "kwargs": {"n_steps": 128}}'
@@ -21,9 +24,10 @@ import numpy as np
 import stable_baselines3
 import torch
 from stable_baselines3 import DDPG, DQN, PPO, SAC, TD3
-from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_atari_env, make_vec_env
 from stable_baselines3.common.noise import NormalActionNoise
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecNormalize
 
 ALGOS = {"ppo": PPO, "dqn": DQN, "sac": SAC, "td3": TD3, "ddpg": DDPG}
 
@@ -40,7 +44,16 @@ def build(spec: dict):
     policy_kwargs = kwargs.pop("policy_kwargs", {})
     if "activation_fn" in policy_kwargs:
         policy_kwargs["activation_fn"] = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[policy_kwargs["activation_fn"]]
-    env = make_vec_env(spec["env_id"], n_envs=spec["n_envs"], seed=spec["seed"], vec_env_cls=DummyVecEnv)
+    if spec.get("atari"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+        # SB3's AtariWrapper: no-op and FIRE reset, frame skip 4 with max-pooling, life loss ends an episode for
+        # learning, 84x84 grayscale, reward clipping; then 4 stacked frames, as our Atari scripts preprocess
+        env = make_atari_env(spec["env_id"], n_envs=spec["n_envs"], seed=spec["seed"], vec_env_cls=DummyVecEnv)
+        env = VecFrameStack(env, n_stack=4)
+    else:
+        env = make_vec_env(spec["env_id"], n_envs=spec["n_envs"], seed=spec["seed"], vec_env_cls=DummyVecEnv)
     normalize = kwargs.pop("normalize", None)
     if normalize:
         env = VecNormalize(env, **normalize)
@@ -51,20 +64,45 @@ def build(spec: dict):
         scale = (env.action_space.high - env.action_space.low) / 2.0
         kwargs["action_noise"] = NormalActionNoise(mean=np.zeros(n), sigma=std * scale * np.ones(n))
     algo = ALGOS[spec["algo"]]
-    return algo("MlpPolicy", env, policy_kwargs=policy_kwargs, seed=spec["seed"], device="cpu", verbose=0, **kwargs)
+    policy = "CnnPolicy" if spec.get("atari") else "MlpPolicy"
+    device = spec.get("device", "cpu")
+    return algo(policy, env, policy_kwargs=policy_kwargs, seed=spec["seed"], device=device, verbose=0, **kwargs)
+
+
+class WarmupClock(BaseCallback):
+    """Starts a clock at the first rollout that begins after the first gradient update (SB3 counts them in
+    `_n_updates`), the point where our scripts start the clock of charts/SPS."""
+
+    def __init__(self):
+        super().__init__()
+        self.start_time, self.start_step = None, None
+
+    def _on_rollout_start(self) -> None:
+        if self.start_time is None and self.model._n_updates > 0:
+            self.start_time, self.start_step = time.time(), self.model.num_timesteps
+
+    def _on_step(self) -> bool:
+        return True
 
 
 if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
-    # as our scripts do on CPU for small networks: one intra-op thread
-    torch.set_num_threads(1)
+    if spec.get("device", "cpu") == "cpu":
+        # as our scripts do on CPU: one intra-op thread
+        torch.set_num_threads(1)
     model = build(spec)
+    clock = WarmupClock()
     start = time.time()
-    model.learn(total_timesteps=spec["total_timesteps"])
-    seconds = time.time() - start
+    model.learn(total_timesteps=spec["total_timesteps"], callback=clock)
+    end = time.time()
+    seconds = end - start
+    if clock.start_time is None or model.num_timesteps <= clock.start_step:
+        raise SystemExit("error: the budget ended before any step after the first gradient update; raise it")
     result = {
-        "sps": model.num_timesteps / seconds,
+        "sps": (model.num_timesteps - clock.start_step) / (end - clock.start_time),
+        "learn_sps": model.num_timesteps / seconds,
         "learn_seconds": seconds,
+        "measured_steps": int(model.num_timesteps - clock.start_step),
         "timesteps": int(model.num_timesteps),
         "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__, "gymnasium": gym.__version__},
     }

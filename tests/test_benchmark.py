@@ -1,4 +1,5 @@
-"""benchmark/run.py and benchmark/report.py on small real runs of cleanrl/ppo.py, and the aggregate statistics."""
+"""benchmark/run.py, benchmark/report.py and benchmark/throughput.py on small real runs of cleanrl/ppo.py, and the
+aggregate statistics."""
 
 import csv
 import json
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 from benchmark.report import final_return, iqm, iqm_rows, mean_rows, parse_run_name, stratified_bootstrap_ci, t_halfwidth
-from tests.helpers import ROOT, read_scalars, script_env, values
+from benchmark.throughput import SPECS, budget, script_argv
+from tests.helpers import ROOT, read_scalars, script_env, single_run_dir, values
 
 PPO = ROOT / "cleanrl" / "ppo.py"
 QUICK = f"{sys.executable} -c"  # a python that does not import torch: cheap fake runs
@@ -236,33 +238,185 @@ def test_final_return_and_t_interval_by_hand():
     assert np.isnan(t_halfwidth(np.array([1.0])))
 
 
-@pytest.mark.parametrize("algo", ["ppo", "ppo_continuous_action", "dqn", "ddpg", "td3", "sac"])
-def test_throughput_passes_flags_our_scripts_accept(algo):
-    # throughput.py runs our scripts with explicit hyperparameters; each flag must exist in the script's Args
+# ---- benchmark/throughput.py: every script plain and with its speed flags, next to SB3 and the raw env ----
+
+SB3_PYTHON = ROOT / "benchmark/results/.venv-sb3/bin/python"
+
+
+def throughput(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "benchmark/throughput.py"), *args]
+    return subprocess.run(cmd, cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_throughput_passes_flags_our_scripts_accept(name):
+    # throughput.py runs our scripts with explicit hyperparameters and its budget; each flag must exist in the
+    # script's Args, and the budget must fit the spec's sizes (one iteration = num_envs * num_steps; learning starts)
     import importlib
 
     import tyro
 
-    from benchmark.throughput import SPECS
-
-    spec = SPECS[algo]
-    if not (ROOT / "cleanrl" / spec["script"]).is_file():
-        pytest.skip(f"cleanrl/{spec['script']} has not landed")
+    spec = SPECS[name]
     module = importlib.import_module(f"cleanrl.{spec['script'][:-3]}")
-    args = tyro.cli(module.Args, args=["--env-id", spec["env_id"], "--total-timesteps", "1000", "--no-cuda", *spec["ours"]])
-    assert args.env_id == spec["env_id"]
+    steps, _ = budget(spec, 1.0)
+    args = tyro.cli(module.Args, args=script_argv(spec, steps, seed=1, cuda=False))
+    assert args.env_id == spec["env_id"] and args.num_envs == spec["num_envs"] and args.total_timesteps == steps
+    if "iteration" in spec:
+        assert args.num_envs * args.num_steps == spec["iteration"]
+    else:
+        assert args.learning_starts == spec["learning_starts"] < steps
+
+
+def test_throughput_budgets_by_hand():
+    ppo = dict(iteration=512, iterations=100)
+    assert budget(ppo, 1.0) == (51200, "100 iterations of 512, the first one warm-up")
+    assert budget(ppo, 0.5)[0] == 50 * 512
+    assert budget(ppo, 0.001)[0] == 2 * 512  # never fewer than 2: the first iteration logs no SPS
+    dqn = dict(learning_starts=1000, measured=24000)
+    assert budget(dqn, 1.0) == (25000, "1000 learning starts, then 24000 measured")
+    assert budget(dqn, 0.1)[0] == 1000 + 2400
+    assert budget(dqn, 0.0001)[0] == 1000 + 200  # SPS is logged every 100 steps after the first update
+
+
+def test_throughput_variants_apply_and_medians_by_hand():
+    from benchmark.throughput import applies, columns, markdown, summarize, variant_flags
+
+    assert variant_flags("compile+cudagraphs+amp") == ["--compile", "--cudagraphs", "--amp"]
+    cnn, mlp = dict(cnn=True), dict()
+    assert applies("compile", mlp, cuda=False) is None
+    assert applies("compile+amp", mlp, cuda=True) == "amp: CNN scripts only"
+    assert applies("compile+amp", cnn, cuda=False) is None
+    assert applies("compile+cudagraphs", cnn, cuda=False) == "cudagraphs: CUDA only"
+    runs = [dict(label=label, sps=sps, load_before=1.0, load_after=2.5) for label, sps in
+            [("plain", 100), ("compile", 300), ("raw", 1000), ("plain", 300), ("compile", 500), ("raw", 3000), ("plain", 200)]]  # fmt: skip
+    runs.append(dict(label="compile", error="exit 1", load_before=0.5, load_after=1.0))
+    row = dict(script="x", env_id="E", num_envs=2, total_timesteps=10, budget="b", rounds=3, variants=["compile", "compile+amp"],
+               columns=columns(["compile", "compile+amp"]), not_run={"compile+amp": "n/a (amp: CNN scripts only)", "sb3": "n/a (no SB3 algorithm)"}, runs=runs)  # fmt: skip
+    summarize(row)
+    # medians: plain 100, 300, 200 -> 200; compile 300, 500 (the failed round has no SPS) -> 400; raw 1000, 3000 -> 2000
+    assert row["sps"] == {"plain": 200, "compile": 400, "raw": 2000}
+    assert row["ratios"] == {"compile/plain": 2.0, "plain/raw": 0.1, "compile/raw": 0.2}
+    table = markdown([row], ["compile", "compile+amp"]).splitlines()
+    assert table[0].startswith("| script | env (envs) | budget per run | rounds | plain SPS | compile SPS | compile / plain | compile+amp SPS |")
+    assert table[2] == ("| x | E (2) | 10: b | 3 | 200 | 400 | 2.00 | n/a (amp: CNN scripts only) | - | n/a (no SB3 algorithm) | - | - | - "
+                        "| 2000 | 0.10 | 0.20 | - | 0.5 to 2.5 |")
+
+
+def test_throughput_error_line_says_why_a_run_failed(tmp_path):
+    from benchmark.throughput import error_line
+
+    log = tmp_path / "log.txt"
+    log.write_text("$ python x.py\nwarming up\nerror: --compile on CPU needs a C++ compiler\n")
+    assert error_line(log) == "error: --compile on CPU needs a C++ compiler"
+    log.write_text("╭─ Unrecognized options ─╮\n│ Unrecognized options: --compile │\n│ For full helptext, run x.py --help │\n╰──╯\n")
+    assert error_line(log) == "Unrecognized options: --compile"
+    log.write_text("Traceback (most recent call last):\n  File x.py\nRuntimeError: boom\n")
+    assert error_line(log) == "RuntimeError: boom"
+    log.write_text("killed\n\n")
+    assert error_line(log) == "killed"
+
+
+@pytest.fixture(scope="module")
+def speed_table(tmp_path_factory):
+    """One real invocation: ppo.py for 2 iterations plain, with --compile and with a flag it does not have, SB3 (when
+    its venv exists here; CI has none, so there --no-sb3) and the raw env, one round."""
+    cwd = tmp_path_factory.mktemp("speed")
+    sb3 = ["--sb3-python", str(SB3_PYTHON)] if SB3_PYTHON.is_file() else ["--no-sb3"]
+    proc = throughput(
+        "--scripts", "ppo", "--variants", "compile", "no-such-flag", "--rounds", "1", "--budget-scale", "0.01",
+        "--raw-seconds", "0.5", "--out", "speed", *sb3, cwd=cwd,
+    )  # fmt: skip
+    return cwd, proc, json.loads((cwd / "speed/results.json").read_text())
+
+
+def test_throughput_a_failing_variant_is_named_and_the_table_goes_on(speed_table):
+    cwd, proc, results = speed_table
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = cwd / "speed/work/ppo/no-such-flag/round1/log.txt"
+    line = f"- ppo no-such-flag round 1: exit 2: Unrecognized options: --no-such-flag (log {log})"
+    assert line in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == f"error: 1 run(s) failed (listed above and in {cwd / 'speed/results.md'})"
+    (row,) = results["results"]
+    assert [r["label"] for r in row["runs"]] == ["plain", "compile", "no-such-flag", *(["sb3"] if SB3_PYTHON.is_file() else []), "raw"]
+    failed = [r for r in row["runs"] if "error" in r]
+    assert [r["label"] for r in failed] == ["no-such-flag"] and "no-such-flag/plain" not in row["ratios"]
+    assert "| ppo | 1 | no-such-flag | failed |" in (cwd / "speed/results.md").read_text()
+
+
+def test_throughput_reads_sps_from_the_event_files(speed_table):
+    cwd, _, results = speed_table
+    (row,) = results["results"]
+    assert row["total_timesteps"] == 1024 and row["budget"] == "2 iterations of 512, the first one warm-up"
+    for label in ("plain", "compile"):
+        work = cwd / "speed/work/ppo" / label / "round1"
+        command = (work / "log.txt").read_text().splitlines()[0]
+        assert ("--compile" in command.split()) == (label == "compile")
+        scalars = read_scalars(single_run_dir(work))
+        # the warm-up iteration logs no SPS: the one value is the second iteration's, at step 1024
+        assert [s for s, _ in scalars["charts/SPS"]] == [1024]
+        assert row["sps"][label] == values(scalars, "charts/SPS")[-1] > 0
+    assert row["ratios"]["compile/plain"] == pytest.approx(row["sps"]["compile"] / row["sps"]["plain"])
+    assert row["sps"]["raw"] > row["sps"]["plain"]  # random actions in CartPole, no network: far faster
+    assert row["ratios"]["plain/raw"] == pytest.approx(row["sps"]["plain"] / row["sps"]["raw"])
+    if SB3_PYTHON.is_file():
+        assert row["sps"]["sb3"] > 0 and row["ratios"]["compile/sb3"] == pytest.approx(row["sps"]["compile"] / row["sps"]["sb3"])
+    else:
+        assert row["not_run"]["sb3"] == "not run (--no-sb3)" and "sb3" not in row["sps"]
+    for r in row["runs"]:
+        assert r["load_before"] >= 0 and r["load_after"] >= 0 and r["process_seconds"] > 0
+    md = (cwd / "speed/results.md").read_text()
+    assert f"torch {results['machine']['torch']}" in md and "load before" in md
+    assert f"| ppo | CartPole-v1 (4) | 1024: 2 iterations of 512, the first one warm-up | 1 | {row['sps']['plain']:.0f} | {row['sps']['compile']:.0f} |" in md
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"kind": "sync", "env_id": "CartPole-v1", "num_envs": 3},
+        {"kind": "atari", "env_id": "BreakoutNoFrameskip-v4", "num_envs": 2},
+        {"kind": "procgen", "env_id": "StarpilotEasy-v0", "num_envs": 2},
+    ],
+)
+def test_throughput_raw_env_steps_the_scripts_vector_env(spec, tmp_path):
+    if spec["kind"] == "procgen":
+        pytest.importorskip("envpool", reason="optional dependency envpool (ppg_procgen.py's Procgen) is missing")
+    payload = json.dumps(dict(spec, seconds=0.3, seed=1, warmup_steps=2))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmark/throughput_raw_env.py"), payload], cwd=tmp_path,
+                          env=script_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [l for l in proc.stdout.splitlines() if l.startswith("RAW_ENV ")]
+    out = json.loads(line[len("RAW_ENV ") :])
+    # whole vector steps, each num_envs env steps, for at least the asked seconds
+    assert out["steps"] > 0 and out["steps"] % spec["num_envs"] == 0 and out["seconds"] >= 0.3
+    assert out["sps"] == pytest.approx(out["steps"] / out["seconds"])
+
+
+def test_throughput_a_run_past_the_timeout_is_killed_and_reported(tmp_path):
+    proc = throughput("--scripts", "ppo", "--variants", "--no-sb3", "--rounds", "1", "--timeout", "3", "--raw-seconds", "0.2",
+                      "--out", "t", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1
+    assert f"- ppo plain round 1: killed after --timeout 3 s (log {tmp_path / 't/work/ppo/plain/round1/log.txt'})" in proc.stdout
+    (row,) = json.loads((tmp_path / "t/results.json").read_text())["results"]
+    plain = row["runs"][0]
+    # stopped at the timeout (the full 51200-step run takes far longer), and it has no SPS
+    assert plain["label"] == "plain" and 3 <= plain["process_seconds"] < 20 and "plain" not in row["sps"]
 
 
 def test_throughput_bad_input(tmp_path):
-    def throughput(*args):
-        cmd = [sys.executable, str(ROOT / "benchmark/throughput.py"), *args, "--out", str(tmp_path / "tp")]
-        return subprocess.run(cmd, cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=120)
+    def bad(*args):
+        proc = throughput(*args, "--out", str(tmp_path / "tp"), cwd=tmp_path, timeout=120)
+        assert proc.returncode == 1
+        return proc.stderr.strip().splitlines()[-1]
 
-    proc = throughput("--algos", "nope")
-    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: unknown --algos ['nope']")
-    proc = throughput("--algos", "ppo", "--sb3-python", str(tmp_path / "no-venv/bin/python"))
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: no Stable-Baselines3 python at {tmp_path / 'no-venv/bin/python'}")
+    assert bad("--scripts", "nope").startswith("error: unknown --scripts ['nope']; choose from ppo, ppo_continuous_action,")
+    assert bad("--scripts", "ppo", "--variants", "Compile!") == (
+        "error: --variants ['Compile!']: each is flag names without '--' joined by '+', like compile or compile+amp"
+    )
+    assert bad("--scripts", "ppo", "--variants", "plain") == "error: --variants must be distinct and must not include plain (the plain path always runs)"
+    assert bad("--scripts", "ppo", "--rounds", "0") == "error: --rounds must be at least 1, got 0"
+    assert bad("--scripts", "ppo", "--sb3-python", str(tmp_path / "no-venv/bin/python")).startswith(
+        f"error: no Stable-Baselines3 python at {tmp_path / 'no-venv/bin/python'}; create it with"
+    )
     assert not (tmp_path / "tp").exists()
 
 
