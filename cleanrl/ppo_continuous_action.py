@@ -20,12 +20,13 @@ import math
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import NoReturn, Optional
+from typing import Callable, NoReturn, Optional
 
 import cloudpickle
 import gymnasium as gym
@@ -74,6 +75,12 @@ class Args:
     progress: bool = True
     """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
     # [/shared:lifecycle-args]
+    # [shared:speed-args] source: cleanrl/ppo.py
+    compile: bool = False
+    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
+    cudagraphs: bool = False
+    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
+    # [/shared:speed-args]
 
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v5"
@@ -427,6 +434,46 @@ def saved_model_path(path: str) -> str:
 # [/shared:lifecycle]
 
 
+# [shared:speed] source: cleanrl/ppo.py
+def check_speed_args(args) -> None:
+    on_cuda = args.cuda and torch.cuda.is_available()
+    if args.cudagraphs and not on_cuda:
+        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
+    if args.compile and not on_cuda:
+        compiler = os.environ.get("CXX", "g++")
+        if shutil.which(compiler) is None:
+            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
+
+
+def speed_up(fn: Callable, args) -> Callable:
+    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
+
+    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
+    starts its clock only after a warm-up.
+    """
+    if not (args.compile or args.cudagraphs):
+        return fn
+    if args.compile:
+        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
+        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
+        torch._inductor.config.fallback_random = True
+        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
+    else:
+        wrapped = torch.compile(fn, backend="cudagraphs")
+    if not args.cudagraphs:
+        return wrapped
+
+    def replay(*inputs):
+        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
+        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = wrapped(*inputs)
+        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
+
+    return replay
+# [/shared:speed]
+
+
 # [shared:ppo-derive-sizes] source: cleanrl/ppo.py
 def derive_sizes(args: Args) -> tuple[int, int, int]:
     """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
@@ -689,6 +736,7 @@ if __name__ == "__main__":
     if checkpoint is not None:
         args = resumed_args(Args, checkpoint)
     check_lifecycle_args(args)
+    check_speed_args(args)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     probe = make_probe_env(args.env_id)
     check_spaces(args.env_id, probe.observation_space, probe.action_space)
@@ -714,7 +762,11 @@ if __name__ == "__main__":
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     agent = Agent(obs_dim, action_dim).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
+    # recompiling for every new float; capturable keeps Adam's step count on the device for CUDA graphs.
+    optimizer = optim.Adam(
+        agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5, capturable=args.cudagraphs
+    )
     if args.save_model and env_state(envs)[0] is None:
         print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
               "a resumed run restarts its episodes")
@@ -729,6 +781,12 @@ if __name__ == "__main__":
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
     final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
     truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
+    # above once per rollout: a copy per step and buffer cost more than the whole MuJoCo step.
+    rewards_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    terminations_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    dones_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    truncated_np = np.zeros((args.num_steps, args.num_envs), dtype=bool)
 
     if checkpoint is None:
         start_iteration, global_step = 1, 0
@@ -768,29 +826,74 @@ if __name__ == "__main__":
             "next_obs": next_obs.cpu(),
         }
 
+    def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            action, logprob, _, value = agent.get_action_and_value(obs)
+        return action, logprob, value
+
+    def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
+        """One gradient step on one minibatch; returns the losses and diagnostics, detached."""
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
+        logratio = newlogprob - mb_logprobs
+        ratio = logratio.exp()
+
+        with torch.no_grad():
+            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+            old_approx_kl = (-logratio).mean()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+        # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        newvalue = newvalue.view(-1)
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb_returns) ** 2
+            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - mb_returns) ** 2
+            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        else:
+            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
+
+    # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
+    policy_step, update = speed_up(policy_step, args), speed_up(update, args)
+
     stop = StopSignal()
     progress = Progress(num_iterations * batch_size, not args.progress)
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+            optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
         # rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
-            with torch.no_grad():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            action, logprob, value = policy_step(next_obs)
             values[step] = value.flatten()
             actions[step] = action
             logprobs[step] = logprob
 
             # rewards are the scaled and clipped ones the update learns from; observations are normalized
             next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
-            dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
+            rewards_np[step] = reward  # float64 -> float32, rounded as torch.as_tensor(..., dtype=float32) would
+            terminations_np[step] = term
+            dones_np[step] = np.logical_or(term, trunc)
             next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
             # A truncated (time-limit) episode did not end in a terminal state: its last transition
             # bootstraps from the value of the true final observation, which same-step autoreset keeps
@@ -798,7 +901,7 @@ if __name__ == "__main__":
             # it with the same statistics as next_obs of this step, so the critic sees it on the scale
             # it was trained on. Only truncated envs need this extra forward pass, and it is rare.
             only_trunc = np.logical_and(trunc, np.logical_not(term))
-            truncated[step] = torch.as_tensor(only_trunc, device=device)
+            truncated_np[step] = only_trunc
             if only_trunc.any():
                 final_obs = np.stack(infos["final_obs"][only_trunc])
                 with torch.no_grad():
@@ -811,6 +914,10 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
                     writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
                     progress.episode(infos["episode"]["r"][i])
+
+        for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
+                               (truncated, truncated_np)):
+            buffer.copy_(torch.from_numpy(staged))
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():
@@ -831,49 +938,21 @@ if __name__ == "__main__":
 
         # optimize the policy and value network
         b_inds = np.arange(batch_size)
-        clipfracs = []
+        # the minibatches' clip fractions stay on the device until the one transfer for logging
+        clipfracs = torch.zeros(args.update_epochs * args.num_minibatches, device=device)
+        num_updates = 0
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
+            epoch_inds = torch.as_tensor(b_inds, device=device)  # one transfer per epoch, sliced per minibatch
             for start in range(0, batch_size, minibatch_size):
-                mb_inds = b_inds[start : start + minibatch_size]
+                mb_inds = epoch_inds[start : start + minibatch_size]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
-
-                with torch.no_grad():
-                    # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
-
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-                # clipped surrogate objective, Eq. (7), Schulman et al. 2017
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                newvalue = newvalue.view(-1)
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
-                    )
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
-
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
-
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
+                pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = update(
+                    b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], b_advantages[mb_inds],
+                    b_returns[mb_inds], b_values[mb_inds],
+                )
+                clipfracs[num_updates] = clipfrac
+                num_updates += 1
 
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
@@ -890,13 +969,18 @@ if __name__ == "__main__":
             "losses/old_approx_kl": old_approx_kl.item(),
             "losses/approx_kl": approx_kl.item(),
         }
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
         for key, value in losses.items():
             writer.add_scalar(key, value, global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/clipfrac", clipfracs[:num_updates].mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
+        if iteration == start_iteration:
+            # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
+            # recording), which would otherwise dominate short runs; it logs no SPS.
+            start_time, start_step = time.time(), global_step
+        sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
+        if global_step > start_step:
+            writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(global_step, sps)
 
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
