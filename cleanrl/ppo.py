@@ -701,6 +701,9 @@ if __name__ == "__main__":
         # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
         agent.load_state_dict(checkpoint["agent"])
         optimizer.load_state_dict(checkpoint["optimizer"])
+        # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
+        # written before --compile existed); it must be a tensor on the device, filled in place below.
+        optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
         start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
         if checkpoint["envs"] is not None:
             load_env_state(envs, checkpoint["envs"])
