@@ -1200,7 +1200,7 @@ if __name__ == "__main__":
         def grad_step(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
             """Forward, losses and backward on this rank's local minibatch, whose advantages are already normalized
             with the global minibatch's statistics; leaves this rank's gradients in .grad and returns the losses and
-            diagnostics, detached. No collective in here: see optimizer_step."""
+            diagnostics, detached. No collective in here (see where it is wrapped below)."""
             # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
