@@ -17,12 +17,13 @@ import math
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import NamedTuple, NoReturn, Optional
+from typing import Callable, NamedTuple, NoReturn, Optional
 
 import cloudpickle
 import gymnasium as gym
@@ -69,6 +70,12 @@ class Args:
     progress: bool = True
     """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
     # [/shared:lifecycle-args]
+    # [shared:speed-args] source: cleanrl/ppo.py
+    compile: bool = False
+    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
+    cudagraphs: bool = False
+    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
+    # [/shared:speed-args]
 
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v5"
@@ -414,6 +421,46 @@ def saved_model_path(path: str) -> str:
 # [/shared:lifecycle]
 
 
+# [shared:speed] source: cleanrl/ppo.py
+def check_speed_args(args) -> None:
+    on_cuda = args.cuda and torch.cuda.is_available()
+    if args.cudagraphs and not on_cuda:
+        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
+    if args.compile and not on_cuda:
+        compiler = os.environ.get("CXX", "g++")
+        if shutil.which(compiler) is None:
+            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
+
+
+def speed_up(fn: Callable, args) -> Callable:
+    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
+
+    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
+    starts its clock only after a warm-up.
+    """
+    if not (args.compile or args.cudagraphs):
+        return fn
+    if args.compile:
+        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
+        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
+        torch._inductor.config.fallback_random = True
+        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
+    else:
+        wrapped = torch.compile(fn, backend="cudagraphs")
+    if not args.cudagraphs:
+        return wrapped
+
+    def replay(*inputs):
+        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
+        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = wrapped(*inputs)
+        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
+
+    return replay
+# [/shared:speed]
+
+
 # [shared:continuous-offpolicy-checks] source: cleanrl/ddpg_continuous_action.py
 def check_args(args) -> int:
     """Check the flags shared by the off-policy continuous scripts; returns the number of vector steps."""
@@ -651,12 +698,27 @@ class Actor(nn.Module):
 # [/shared:deterministic-actor]
 
 
+# [shared:gradient-step] source: cleanrl/ddpg_continuous_action.py
+@torch.compiler.disable
+def gradient_step(optimizer: optim.Optimizer, loss: torch.Tensor) -> None:
+    """One optimizer step on `loss`: zero_grad, backward, step.
+
+    Kept out of --compile's graphs: torch.compile keys Adam.step's compiled code on the function and guards it on
+    the optimizer object, so the second and third optimizers (critic, actor, temperature) would each recompile it.
+    The backward pass of a compiled loss is still the compiled backward graph.
+    """
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+# [/shared:gradient-step]
+
+
 # [shared:soft-update] source: cleanrl/ddpg_continuous_action.py
 @torch.no_grad()
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """Polyak averaging of the target network, theta' <- tau * theta + (1 - tau) * theta' (Lillicrap et al. 2016)."""
-    for target_param, param in zip(target.parameters(), online.parameters()):
-        target_param.lerp_(param, tau)  # lerp_: theta' + tau * (theta - theta')
+    # lerp: theta' + tau * (theta - theta'), all parameters in one call (the same lerp as a loop of lerp_)
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 # [/shared:soft-update]
 
 
@@ -715,6 +777,7 @@ if __name__ == "__main__":
     if checkpoint is not None:
         args = resumed_args(Args, checkpoint)
     check_lifecycle_args(args)
+    check_speed_args(args)
     num_iterations = check_args(args)
     if args.save_buffer and not args.save_model:
         fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
@@ -753,8 +816,9 @@ if __name__ == "__main__":
     qf1_target = QNetwork(obs_dim, action_dim).to(device)
     target_actor.load_state_dict(actor.state_dict())
     qf1_target.load_state_dict(qf1.state_dict())
-    q_optimizer = optim.Adam(qf1.parameters(), lr=args.q_lr)
-    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr)
+    # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need
+    q_optimizer = optim.Adam(qf1.parameters(), lr=args.q_lr, capturable=args.cudagraphs)
+    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs)
 
     # the memory stores float32 observations, the networks' dtype (MuJoCo envs emit float64)
     obs_space_f32 = gym.spaces.Box(-np.inf, np.inf, envs.single_observation_space.shape, np.float32)
@@ -823,19 +887,51 @@ if __name__ == "__main__":
     def last_losses() -> dict:
         return {} if qf1_loss is None else {"losses/qf1_loss": qf1_loss.item()}
 
+    def policy_step(obs: torch.Tensor) -> torch.Tensor:
+        """mu(s) plus Gaussian exploration noise, clipped to the bounds."""
+        with torch.no_grad():
+            mu = actor(obs)
+            return exploration_actions(mu, torch.randn_like(mu), args.exploration_noise, actor)
+
+    def update_critic(
+        observations: torch.Tensor,
+        actions: torch.Tensor,
+        next_observations: torch.Tensor,
+        rewards: torch.Tensor,
+        terminations: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One critic step on a sampled batch; returns the loss and the mean Q(s, a), detached."""
+        with torch.no_grad():
+            next_q = qf1_target(next_observations, target_actor(next_observations))
+            # y = r + gamma * Q'(s', mu'(s')), no bootstrap from a terminal state
+            next_q_value = rewards + args.gamma * (1.0 - terminations) * next_q
+        qf1_a_values = qf1(observations, actions)
+        qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
+        gradient_step(q_optimizer, qf1_loss)
+        return qf1_loss.detach(), qf1_a_values.detach().mean()
+
+    def update_actor(observations: torch.Tensor) -> torch.Tensor:
+        """One actor step (deterministic policy gradient through Q); returns the loss, detached. The caller freezes
+        the critic's weights around it."""
+        actor_loss = -qf1(observations, actor(observations)).mean()
+        gradient_step(actor_optimizer, actor_loss)
+        return actor_loss.detach()
+
+    # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written.
+    policy_step, update_critic, update_actor = (speed_up(f, args) for f in (policy_step, update_critic, update_actor))
+
     actor_loss = qf1_loss = None  # set by the first (delayed actor) update
     stop = StopSignal()
     progress = Progress(num_iterations * args.num_envs, not args.progress)
     start_time, start_step = time.time(), global_step
+    warmed_up = False  # whether this process has done its first critic and actor updates (see charts/SPS below)
     for iteration in range(start_iteration, num_iterations + 1):
         global_step = iteration * args.num_envs
         # act: uniform random actions while the memory fills, then mu(s) plus Gaussian noise
         if global_step <= learning_starts:
             actions = envs.action_space.sample()
         else:
-            with torch.no_grad():
-                mu = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
-                actions = exploration_actions(mu, torch.randn_like(mu), args.exploration_noise, actor).cpu().numpy()
+            actions = policy_step(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -854,44 +950,39 @@ if __name__ == "__main__":
         updated = False
         if global_step > learning_starts:
             data = rb.sample(args.batch_size)
-            with torch.no_grad():
-                next_q = qf1_target(data.next_observations, target_actor(data.next_observations))
-                # y = r + gamma * Q'(s', mu'(s')), no bootstrap from a terminal state
-                next_q_value = data.rewards + args.gamma * (1.0 - data.terminations) * next_q
-            qf1_a_values = qf1(data.observations, data.actions)
-            qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
-
-            q_optimizer.zero_grad()
-            qf1_loss.backward()
-            q_optimizer.step()
+            qf1_loss, qf1_values = update_critic(
+                data.observations, data.actions, data.next_observations, data.rewards, data.terminations
+            )
             num_updates, updated = num_updates + 1, True
 
             if iteration % args.policy_frequency == 0:
                 # the critic only passes gradients through to the actor here: freezing its weights skips
                 # their gradient matmuls (same result, the critic's grads are reset before its next step)
                 qf1.requires_grad_(False)
-                actor_loss = -qf1(data.observations, actor(data.observations)).mean()
-                actor_optimizer.zero_grad()
-                actor_loss.backward()
-                actor_optimizer.step()
+                actor_loss = update_actor(data.observations)
                 qf1.requires_grad_(True)
 
                 soft_update(target_actor, actor, args.tau)
                 soft_update(qf1_target, qf1, args.tau)
+                if not warmed_up:
+                    # SPS leaves out everything up to here: the random warm-up and this process's first critic and
+                    # actor updates, which hold --compile's compilation; it is logged once the clock has run.
+                    start_time, start_step, warmed_up = time.time(), global_step, True
 
             # log every 100 vector steps: .item() forces a sync, and per-step scalars bloat the event file; the
             # losses come to the host here only, for logging and for the non-finite check
             if iteration % 100 == 0:
                 losses = {
-                    "losses/qf1_values": qf1_a_values.mean().item(),
+                    "losses/qf1_values": qf1_values.item(),
                     "losses/qf1_loss": qf1_loss.item(),
                 }
                 if actor_loss is not None:
                     losses["losses/actor_loss"] = actor_loss.item()
                 for key, value in losses.items():
                     writer.add_scalar(key, value, global_step)
-                sps = int((global_step - start_step) / (time.time() - start_time))
-                writer.add_scalar("charts/SPS", sps, global_step)
+                if warmed_up and global_step > start_step:
+                    sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
+                    writer.add_scalar("charts/SPS", sps, global_step)
                 stop_if_non_finite(losses)
         progress.update(global_step, int((global_step - start_step) / max(time.time() - start_time, 1e-9)))
 

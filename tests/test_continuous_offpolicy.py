@@ -93,6 +93,7 @@ def test_track_and_capture_video(workdir):
         (["--env-id", "CartPole-v1"], "Box (continuous) actions only"),
         (["--env-id", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
         (["--env-id", "Pendulum-v1", "--total-timesteps", "1000", "--learning-starts", "1000"], "learning-starts"),
+        (["--env-id", "Pendulum-v1", "--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
     ],
 )
 def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, script, args, message):
