@@ -276,8 +276,8 @@ How it measures:
 - Variants: `--variants compile` (the default) runs each script again with `--compile`; a variant is flag names
   joined by `+`, so `--variants compile compile+amp` also runs `--compile --amp`. `amp` applies to the CNN scripts
   (Atari, Procgen) only and `cudagraphs` to `--cuda` runs only; elsewhere the cell says n/a. `--amp` is not in the
-  default CPU table: bf16 autocast is slow on most CPUs, and each extra compiled run of a CNN script costs a minute
-  or more on 2 cores.
+  default CPU table, to keep it near 35 minutes: each extra compiled run of a CNN script costs one to two minutes on
+  2 cores. Add it with `--variants compile compile+amp`.
 - SB3 (PPO, PPO continuous, PPO Atari, DQN, DQN Atari, DDPG, TD3, SAC; none for C51, PPG and multi-process PPO): the
   same warm-up rule, its clock starting at the first rollout after its first gradient update; the per-run list also
   has SPS over its whole `model.learn()`. SB3 lives in its own virtual environment (it is not a dependency of this
