@@ -11,6 +11,7 @@ Run:
     python cleanrl/ppg_procgen.py --env-id starpilot
     python cleanrl/ppg_procgen.py --env-id bigfish --distribution-mode hard --seed 2 --track
     python cleanrl/ppg_procgen.py --env-id BossfightEasy-v0
+    python cleanrl/ppg_procgen.py --env-id starpilot --compile --amp
     python cleanrl/ppg_procgen.py --help
 """
 
@@ -20,12 +21,13 @@ import math
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Literal, NoReturn, Optional
+from typing import Callable, Literal, NoReturn, Optional
 
 import cloudpickle
 import gymnasium as gym
@@ -72,6 +74,14 @@ class Args:
     progress: bool = True
     """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
     # [/shared:lifecycle-args]
+    # [shared:speed-args] source: cleanrl/ppo.py
+    compile: bool = False
+    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
+    cudagraphs: bool = False
+    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
+    # [/shared:speed-args]
+    amp: bool = False
+    """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
 
     # Algorithm specific arguments
     env_id: str = "starpilot"
@@ -497,6 +507,46 @@ def resolve_env_id(env_id: str, distribution_mode: str, known_ids: list[str]) ->
     fail(f"unknown Procgen game {env_id!r}; use one of {games} or an envpool id like StarpilotEasy-v0")
 
 
+# [shared:speed] source: cleanrl/ppo.py
+def check_speed_args(args) -> None:
+    on_cuda = args.cuda and torch.cuda.is_available()
+    if args.cudagraphs and not on_cuda:
+        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
+    if args.compile and not on_cuda:
+        compiler = os.environ.get("CXX", "g++")
+        if shutil.which(compiler) is None:
+            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
+
+
+def speed_up(fn: Callable, args) -> Callable:
+    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
+
+    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
+    starts its clock only after a warm-up.
+    """
+    if not (args.compile or args.cudagraphs):
+        return fn
+    if args.compile:
+        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
+        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
+        torch._inductor.config.fallback_random = True
+        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
+    else:
+        wrapped = torch.compile(fn, backend="cudagraphs")
+    if not args.cudagraphs:
+        return wrapped
+
+    def replay(*inputs):
+        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
+        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = wrapped(*inputs)
+        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
+
+    return replay
+# [/shared:speed]
+
+
 def derive_sizes(args: Args) -> tuple[int, int, int, int]:
     """Batch sizes and phase count follow from the flags; they are checked here, never set by hand.
     Returns (batch_size, minibatch_size, num_phases, aux_minibatches_per_epoch)."""
@@ -861,6 +911,7 @@ if __name__ == "__main__":
     if checkpoint is not None:
         args = resumed_args(Args, checkpoint)
     check_lifecycle_args(args)
+    check_speed_args(args)
     batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
     num_iterations = num_phases * args.n_iteration
     if checkpoint is None:
@@ -897,8 +948,10 @@ if __name__ == "__main__":
     policy = PolicyNetwork(obs_shape, n_actions).to(device)
     value_net = ValueNetwork(obs_shape).to(device)
     params = list(policy.parameters()) + list(value_net.parameters())
-    # One Adam over both networks (PPG code); torch's default eps=1e-8 as in the reference.
-    optimizer = optim.Adam(params, lr=args.learning_rate)
+    # One Adam over both networks (PPG code); torch's default eps=1e-8 as in the reference. The learning rate is a
+    # tensor updated in place, so a compiled update reads the annealed value instead of recompiling for every new
+    # float; capturable keeps Adam's step count on the device for CUDA graphs.
+    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), capturable=args.cudagraphs)
 
     # storage: (num_steps, num_envs, ...); observations stay uint8 until they enter a network
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
@@ -956,30 +1009,127 @@ if __name__ == "__main__":
             fail(f"non-finite {problem} at global step {global_step} (iteration {iteration}); "
                  "stopped without saving, so the last good checkpoint is kept")
 
+    # --amp: the networks' forward passes run under bf16 autocast (a no-op without the flag); distributions and losses
+    # are computed in float32 from the outputs' .float().
+    def autocast():
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp)
+
+    def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Act on one step's observations: (sampled action, its log-probability, V_theta_V(s))."""
+        with torch.no_grad():
+            with autocast():
+                logits, _ = policy(obs)
+                value = value_net(obs)
+            # No argument validation (here and in the update): it would stop a diverged run with a traceback
+            # before the once-per-iteration non-finite check can name the step and the quantity.
+            probs = Categorical(logits=logits.float(), validate_args=False)
+            action = probs.sample()
+        return action, probs.log_prob(action), value.float()
+
+    @torch.compiler.disable
+    def clipped_step() -> None:
+        """Clip the global gradient norm of both networks and take one Adam step. Never compiled, even inside a
+        compiled update: a compiled Adam step is specialized to which parameters have gradients, and the policy
+        network's auxiliary value head has one only in the auxiliary phase, so it recompiled between the phases
+        (about a minute per compilation on this busy 2-core CPU). Eager, the clipping and step took 50 ms of a
+        730 ms update on 16 observations here, a smaller share for larger minibatches."""
+        nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+        optimizer.step()
+
+    def update(
+        mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_mask, train_policy: bool,
+        train_value: bool,
+    ) -> tuple[torch.Tensor, ...]:
+        """One policy-phase gradient step on one minibatch: the policy objective while train_policy, the value
+        objective while train_value. The minibatch is padded to minibatch_size so that every call has one shape
+        (a compiled function would recompile for each new size); mb_mask marks its real transitions, and every
+        mean below is over those only. Returns (pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac,
+        v_loss), detached; the entries of an objective that was not trained are 0."""
+        optimizer.zero_grad()
+        zero = torch.zeros((), device=mb_obs.device)
+        loss = pg_loss = entropy_loss = old_approx_kl = approx_kl = clipfrac = v_loss = zero
+        if train_policy:
+            with autocast():
+                logits, _ = policy(mb_obs)
+            probs = Categorical(logits=logits.float(), validate_args=False)
+            newlogprob, entropy = probs.log_prob(mb_actions), probs.entropy()
+            logratio = newlogprob - mb_logprobs
+            ratio = logratio.exp()
+            with torch.no_grad():
+                # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+                old_approx_kl = masked_mean(-logratio, mb_mask)
+                approx_kl = masked_mean((ratio - 1) - logratio, mb_mask)
+                clipfrac = masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_mask)
+            if not args.adv_norm_fullbatch:
+                # mean and (unbiased, as torch.std) standard deviation over the real transitions
+                adv_mean = masked_mean(mb_advantages, mb_mask)
+                adv_var = ((mb_advantages - adv_mean) ** 2 * mb_mask).sum() / (mb_mask.sum() - 1).clamp(min=1)
+                mb_advantages = (mb_advantages - adv_mean) / (adv_var.sqrt() + 1e-8)
+            # clipped surrogate objective, Eq. (7), Schulman et al. 2017 (L^clip in PPG's Eq. 1)
+            pg_loss1 = -mb_advantages * ratio
+            pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+            pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_mask)
+            entropy_loss = masked_mean(entropy, mb_mask)
+            loss = loss + pg_loss - args.ent_coef * entropy_loss
+        if train_value:
+            with autocast():
+                newvalue = value_net(mb_obs)
+            newvalue = newvalue.float()
+            if args.clip_vloss:
+                v_loss_unclipped = (newvalue - mb_returns) ** 2
+                v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2), mb_mask)
+            else:
+                v_loss = 0.5 * masked_mean((newvalue - mb_returns) ** 2, mb_mask)  # L^value, Eq. (3), Cobbe et al. 2021
+            loss = loss + args.vf_coef * v_loss
+
+        loss.backward()
+        clipped_step()
+        return pg_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac, v_loss.detach()
+
+    def aux_update(m_obs, m_returns, m_old_logits, m_valid, mb_count, step: bool) -> tuple[torch.Tensor, ...]:
+        """One chunk of an auxiliary minibatch: forward, the distillation losses and their gradients (added to the
+        gradients of the minibatch's earlier chunks); with `step` (the last chunk) the clipped optimizer step.
+        Returns (kl_loss, aux_value_loss, value_loss), detached."""
+        with autocast():
+            logits, aux_values = policy(m_obs)
+            new_values = value_net(m_obs)
+        # each chunk's losses are sums over its observations divided by the whole minibatch's count, so the
+        # accumulated gradient equals the minibatch mean's
+        kl_loss, aux_value_loss, value_loss = aux_losses(
+            logits.float(), aux_values.float(), new_values.float(), m_old_logits, m_returns, m_valid, mb_count
+        )
+        joint_loss = aux_value_loss + args.beta_clone * kl_loss  # L^joint, Eq. (2), Cobbe et al. 2021
+        (joint_loss + value_loss).backward()
+        if step:
+            clipped_step()
+        return kl_loss.detach(), aux_value_loss.detach(), value_loss.detach()
+
+    # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written. (With
+    # --e-policy != --v-value, or --n-aux-grad-accum > 1, the update or aux_update is compiled once more for the
+    # other value of its bool arguments.)
+    policy_step, update, aux_update = speed_up(policy_step, args), speed_up(update, args), speed_up(aux_update, args)
+
     stop = StopSignal()
     progress = Progress(num_iterations * batch_size, not args.progress)
     start_time, start_step = time.time(), global_step
+    aux_warmed_up = False
     for iteration in range(start_iteration, num_iterations + 1):
         # POLICY PHASE: N_pi iterations of PPO with separate policy and value networks (Algorithm 1)
         phase, phase_iteration = (iteration - 1) // args.n_iteration + 1, (iteration - 1) % args.n_iteration
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+            optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
         # rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
             valid[step] = torch.as_tensor(~prev_done, device=device)
-            with torch.no_grad():
-                logits, _ = policy(next_obs)
-                values[step] = value_net(next_obs)
-            # No argument validation (here and in the update): it would stop a diverged run with a traceback
-            # before the once-per-iteration non-finite check can name the step and the quantity.
-            probs = Categorical(logits=logits, validate_args=False)
-            action = probs.sample()
+            action, logprob, value = policy_step(next_obs)
+            values[step] = value
             actions[step] = action
-            logprobs[step] = probs.log_prob(action)
+            logprobs[step] = logprob
 
             next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
             done = np.logical_or(term, trunc)
@@ -1003,7 +1153,9 @@ if __name__ == "__main__":
         # gets a (meaningless) advantage of its own, but dones[t] cuts the recursion before it can leak
         # into the finished episode, and `valid` keeps it out of every loss.
         with torch.no_grad():
-            next_value = value_net(next_obs).reshape(1, -1)
+            with autocast():
+                next_value = value_net(next_obs)
+            next_value = next_value.float().reshape(1, -1)
             next_values = torch.cat([values[1:], next_value], dim=0)
             advantages, returns = compute_gae(
                 rewards, values, next_values, dones, dones, args.gamma, args.gae_lambda
@@ -1023,51 +1175,28 @@ if __name__ == "__main__":
 
         # optimize: E_pi epochs of the policy objective, E_V epochs of the value objective; one shared
         # minibatch loop, each network's loss only while its epoch count lasts. Reset steps are dropped,
-        # so the minibatches split the real transitions into num_minibatches near-equal parts.
+        # so the minibatches split the real transitions into num_minibatches near-equal parts; each is padded
+        # to minibatch_size with a masked-out index, so the update always sees one shape.
         b_inds = np.nonzero(b_valid.cpu().numpy())[0]
+        positions = torch.arange(minibatch_size, device=device)
         clipfracs = []
         pg_loss = v_loss = entropy_loss = old_approx_kl = approx_kl = torch.tensor(float("nan"))
         for epoch in range(max(args.e_policy, args.v_value)):
             train_policy, train_value = epoch < args.e_policy, epoch < args.v_value
             np.random.shuffle(b_inds)
             for mb_inds in np.array_split(b_inds, args.num_minibatches):
+                mb_mask = positions < len(mb_inds)
+                mb_inds = np.concatenate([mb_inds, np.zeros(minibatch_size - len(mb_inds), dtype=mb_inds.dtype)])
                 mb_inds = torch.as_tensor(mb_inds, device=device)
-                loss = torch.zeros((), device=device)
+                out = update(
+                    b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], b_advantages[mb_inds],
+                    b_returns[mb_inds], b_values[mb_inds], mb_mask, train_policy, train_value,
+                )  # fmt: skip
                 if train_policy:
-                    logits, _ = policy(b_obs[mb_inds])
-                    probs = Categorical(logits=logits, validate_args=False)
-                    newlogprob, entropy = probs.log_prob(b_actions[mb_inds]), probs.entropy()
-                    logratio = newlogprob - b_logprobs[mb_inds]
-                    ratio = logratio.exp()
-                    with torch.no_grad():
-                        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-                        old_approx_kl = (-logratio).mean()
-                        approx_kl = ((ratio - 1) - logratio).mean()
-                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
-                    mb_advantages = b_advantages[mb_inds]
-                    if not args.adv_norm_fullbatch:
-                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-                    # clipped surrogate objective, Eq. (7), Schulman et al. 2017 (L^clip in PPG's Eq. 1)
-                    pg_loss1 = -mb_advantages * ratio
-                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-                    entropy_loss = entropy.mean()
-                    loss = loss + pg_loss - args.ent_coef * entropy_loss
+                    pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = out[:5]
+                    clipfracs.append(clipfrac)
                 if train_value:
-                    newvalue = value_net(b_obs[mb_inds])
-                    mb_returns, mb_values = b_returns[mb_inds], b_values[mb_inds]
-                    if args.clip_vloss:
-                        v_loss_unclipped = (newvalue - mb_returns) ** 2
-                        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                        v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
-                    else:
-                        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()  # L^value, Eq. (3), Cobbe et al. 2021
-                    loss = loss + args.vf_coef * v_loss
-
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(params, args.max_grad_norm)
-                optimizer.step()
+                    v_loss = out[5]
 
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
@@ -1084,13 +1213,18 @@ if __name__ == "__main__":
             "losses/old_approx_kl": old_approx_kl.item(),
             "losses/approx_kl": approx_kl.item(),
         }
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
         for key, value in losses.items():
             writer.add_scalar(key, value, global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
+        if iteration == start_iteration:
+            # SPS leaves out the first iteration: a warm-up that holds --compile's compilation of the policy step
+            # and the update (or CUDA graph recording), which would otherwise dominate short runs; it logs no SPS.
+            start_time, start_step = time.time(), global_step
+        sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
+        if global_step > start_step:
+            writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(global_step, sps)
         if not progress.enabled:  # the progress line replaces these lines on a terminal
             print(f"phase {phase} iteration {iteration}/{num_iterations} global_step={global_step} SPS={sps}")
@@ -1109,46 +1243,44 @@ if __name__ == "__main__":
                 for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
                     rollouts = aux_inds[start : start + args.num_aux_rollouts]
                     m_obs = aux.batch(rollouts, device)[0]
-                    aux.set_old_logits(rollouts, policy(m_obs)[0])
+                    with autocast():
+                        old_logits = policy(m_obs)[0]
+                    aux.set_old_logits(rollouts, old_logits.float())
 
             chunk = args.num_aux_rollouts // args.n_aux_grad_accum
-            kl_sum = aux_value_sum = value_sum = 0.0
+            last_epoch_losses = []  # (kl_loss, aux_value_loss, value_loss) of every chunk of the last epoch
             for aux_epoch in range(args.e_auxiliary):
                 np.random.shuffle(aux_inds)
                 for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
                     mb_rollouts = aux_inds[start : start + args.num_aux_rollouts]
-                    mb_count = aux.valid[mb_rollouts].sum()
+                    mb_count = aux.valid[mb_rollouts].sum().to(device)
                     optimizer.zero_grad()
                     for c in range(0, args.num_aux_rollouts, chunk):
                         m_obs, m_returns, m_old_logits, m_valid = aux.batch(mb_rollouts[c : c + chunk], device)
-                        logits, aux_values = policy(m_obs)
-                        new_values = value_net(m_obs)
-                        # each chunk's losses are sums over its observations divided by the whole minibatch's
-                        # count, so the accumulated gradient equals the minibatch mean's
-                        kl_loss, aux_value_loss, value_loss = aux_losses(
-                            logits, aux_values, new_values, m_old_logits, m_returns, m_valid, mb_count.to(device)
+                        chunk_losses = aux_update(
+                            m_obs, m_returns, m_old_logits, m_valid, mb_count, c + chunk == args.num_aux_rollouts
                         )
-                        joint_loss = aux_value_loss + args.beta_clone * kl_loss  # L^joint, Eq. (2), Cobbe et al. 2021
-                        (joint_loss + value_loss).backward()
                         if aux_epoch == args.e_auxiliary - 1:
-                            kl_sum += kl_loss.item()
-                            aux_value_sum += aux_value_loss.item()
-                            value_sum += value_loss.item()
-                    nn.utils.clip_grad_norm_(params, args.max_grad_norm)
-                    optimizer.step()
+                            last_epoch_losses.append(torch.stack(chunk_losses))
 
-            # means over the minibatches of the last auxiliary epoch
+            # means over the minibatches of the last auxiliary epoch (a minibatch's loss is the sum of its chunks');
+            # they come to the host once per phase
+            kl_mean, aux_value_mean, value_mean = (torch.stack(last_epoch_losses).sum(0) / aux_minibatches).tolist()
             aux_logged = {
-                "losses/aux_kl_loss": kl_sum / aux_minibatches,
-                "losses/aux_pi_value_loss": aux_value_sum / aux_minibatches,
-                "losses/aux_value_loss": value_sum / aux_minibatches,
+                "losses/aux_kl_loss": kl_mean,
+                "losses/aux_pi_value_loss": aux_value_mean,
+                "losses/aux_value_loss": value_mean,
             }
             for key, value in aux_logged.items():
                 writer.add_scalar(key, value, global_step)
-            sps = int((global_step - start_step) / (time.time() - start_time))
+            sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
             if not progress.enabled:
                 print(f"phase {phase}: auxiliary phase took {time.time() - aux_start:.0f} s; SPS including it: {sps}")
             stop_if_non_finite(aux_logged, iteration)
+            if not aux_warmed_up:
+                # The first auxiliary phase of this process is a warm-up too (it compiles aux_update): the SPS clock
+                # restarts after it, so later SPS values include the auxiliary phases after the first one only.
+                start_time, start_step, aux_warmed_up = time.time(), global_step, True
 
         # Checkpoints and signals are handled between iterations, the phase's last one after its auxiliary phase.
         if iteration < num_iterations and args.save_model and (
