@@ -112,7 +112,7 @@ def main(args: Args) -> None:
 GPU_COMMAND = (
     "python benchmark/throughput.py --cuda --scripts ppo_atari ppo_continuous_action sac_continuous_action "
     "td3_continuous_action dqn_atari --variants compile+cudagraphs compile+cudagraphs+amp --no-sb3 --rounds 1 "
-    "--budget-scale 4 --timeout 240 --out benchmark/results/speed-gpu"
+    "--raw-seconds 2 --timeout 200 --out benchmark/results/speed-gpu"
 )
 
 
@@ -254,7 +254,8 @@ python benchmark/throughput.py
 ```
 
 On a machine with a CUDA GPU, one command makes the GPU table of the five scripts where a GPU matters most (plain,
-`--compile --cudagraphs`, and with `--amp` for the CNN scripts; estimated under 10 minutes, not yet run):
+`--compile --cudagraphs`, and with `--amp` for the CNN scripts; 17 runs, estimated at 8 to 10 minutes, not yet
+run; results are written after each script, so a run cut short keeps the finished rows):
 
 ```bash
 {GPU_COMMAND}

@@ -30,7 +30,7 @@ Run:
     python benchmark/throughput.py --scripts ppo dqn --rounds 1      # a part of it
     python benchmark/throughput.py --cuda --scripts ppo_atari ppo_continuous_action sac_continuous_action \
         td3_continuous_action dqn_atari --variants compile+cudagraphs compile+cudagraphs+amp --no-sb3 --rounds 1 \
-        --budget-scale 4 --timeout 240 --out benchmark/results/speed-gpu     # the GPU table
+        --raw-seconds 2 --timeout 200 --out benchmark/results/speed-gpu     # the GPU table
     python benchmark/throughput.py --help
 """
 
