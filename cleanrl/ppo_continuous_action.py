@@ -11,6 +11,7 @@ Run:
     python cleanrl/ppo_continuous_action.py --env-id HalfCheetah-v5
     python cleanrl/ppo_continuous_action.py --env-id Pendulum-v1 --seed 2 --save-model
     python cleanrl/ppo_continuous_action.py --env-id InvertedPendulum-v5 --total-timesteps 100000
+    python cleanrl/ppo_continuous_action.py --env-id HalfCheetah-v5 --compile
     python cleanrl/ppo_continuous_action.py --help
 MuJoCo environments need the `mujoco` extra (pip install "cleanrl[mujoco]").
 """
@@ -796,6 +797,9 @@ if __name__ == "__main__":
         # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
         agent.load_state_dict(checkpoint["agent"])
         optimizer.load_state_dict(checkpoint["optimizer"])
+        # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
+        # written before --compile existed); it must be a tensor on the device, filled in place below.
+        optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
         start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
         if checkpoint["envs"] is not None:
             # the whole wrapper stack, normalization statistics and the return being accumulated included
