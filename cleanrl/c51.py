@@ -17,12 +17,13 @@ import math
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import NamedTuple, NoReturn, Optional
+from typing import Callable, NamedTuple, NoReturn, Optional
 
 import cloudpickle
 import gymnasium as gym
@@ -68,6 +69,12 @@ class Args:
     progress: bool = True
     """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
     # [/shared:lifecycle-args]
+    # [shared:speed-args] source: cleanrl/ppo.py
+    compile: bool = False
+    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
+    cudagraphs: bool = False
+    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
+    # [/shared:speed-args]
 
     # Algorithm specific arguments
     env_id: str = "CartPole-v1"
@@ -423,6 +430,46 @@ def saved_model_path(path: str) -> str:
 # [/shared:lifecycle]
 
 
+# [shared:speed] source: cleanrl/ppo.py
+def check_speed_args(args) -> None:
+    on_cuda = args.cuda and torch.cuda.is_available()
+    if args.cudagraphs and not on_cuda:
+        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
+    if args.compile and not on_cuda:
+        compiler = os.environ.get("CXX", "g++")
+        if shutil.which(compiler) is None:
+            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
+
+
+def speed_up(fn: Callable, args) -> Callable:
+    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
+
+    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
+    starts its clock only after a warm-up.
+    """
+    if not (args.compile or args.cudagraphs):
+        return fn
+    if args.compile:
+        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
+        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
+        torch._inductor.config.fallback_random = True
+        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
+    else:
+        wrapped = torch.compile(fn, backend="cudagraphs")
+    if not args.cudagraphs:
+        return wrapped
+
+    def replay(*inputs):
+        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
+        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = wrapped(*inputs)
+        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
+
+    return replay
+# [/shared:speed]
+
+
 # [shared:off-policy-checks] source: cleanrl/dqn.py
 def check_off_policy_args(args) -> None:
     """The step counts of an off-policy run, checked before the run directory exists.
@@ -587,10 +634,13 @@ def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
             target_param.copy_(tau * param + (1.0 - tau) * target_param)
 
 
-def epsilon_greedy(q_values: torch.Tensor, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """Per env: a uniformly random action with probability epsilon, else argmax_a Q(s, a)."""
-    greedy = q_values.argmax(dim=1).cpu().numpy()
-    n_envs, n_actions = q_values.shape
+def epsilon_greedy(greedy: np.ndarray, n_actions: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Per env: a uniformly random action with probability epsilon, else its greedy action argmax_a Q(s, a).
+
+    The greedy actions come in computed (the policy step); the coin flips and random actions are drawn here
+    from the numpy Generator, so compiled and plain runs explore alike.
+    """
+    n_envs = len(greedy)
     explore = rng.random(n_envs) < epsilon
     return np.where(explore, rng.integers(0, n_actions, size=n_envs), greedy)
 # [/shared:value-based-helpers]
@@ -644,7 +694,8 @@ def categorical_projection(
     b_j = (Tz_j - v_min) / delta_z in proportion to closeness: m_l += p_j (u - b_j), m_u += p_j (b_j - l).
     When b_j falls exactly on an atom (l = u), all of p_j goes to it. Returns m (batch, n_atoms), summing to 1.
     """
-    v_min, v_max = atoms[0].item(), atoms[-1].item()
+    # v_min, v_max stay tensors (no .item()), so a compiled update traces this without a host sync
+    v_min, v_max = atoms[0], atoms[-1]
     delta_z = (v_max - v_min) / (len(atoms) - 1)
     tz = (rewards.unsqueeze(1) + gamma * atoms.unsqueeze(0) * (1.0 - terminations.unsqueeze(1))).clamp(v_min, v_max)
     b = (tz - v_min) / delta_z  # (batch, n_atoms), in [0, n_atoms - 1]
@@ -671,7 +722,7 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
     while len(returns) < args.eval_episodes:
         with torch.no_grad():
             _, q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
-        obs, _, _, _, infos = envs.step(epsilon_greedy(q_values, epsilon, rng))
+        obs, _, _, _, infos = envs.step(epsilon_greedy(q_values.argmax(dim=1).cpu().numpy(), q_values.shape[1], epsilon, rng))
         if "episode" in infos:
             returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
     envs.close()
@@ -726,6 +777,7 @@ if __name__ == "__main__":
     if checkpoint is not None:
         args = resumed_args(Args, checkpoint)
     check_lifecycle_args(args)
+    check_speed_args(args)
     check_off_policy_args(args)
     if args.n_atoms < 2 or not args.v_min < args.v_max:
         fail(f"the support needs --n-atoms >= 2 and --v-min < --v-max, got {args.n_atoms}, {args.v_min}, {args.v_max}")
@@ -757,7 +809,10 @@ if __name__ == "__main__":
     n_actions = int(envs.single_action_space.n)
     atoms = torch.linspace(args.v_min, args.v_max, steps=args.n_atoms)
     q_network = QNetwork(obs_dim, n_actions, atoms).to(device)
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size)
+    # capturable keeps Adam's step count on the device for CUDA graphs
+    optimizer = optim.Adam(
+        q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, capturable=args.cudagraphs
+    )
     target_network = QNetwork(obs_dim, n_actions, atoms).to(device)
     target_network.load_state_dict(q_network.state_dict())
     if args.save_model and env_state(envs)[0] is None:
@@ -829,17 +884,45 @@ if __name__ == "__main__":
             fail(f"non-finite {problem} at global step {global_step} (gradient update {updates}); "
                  "stopped without saving, so the last good checkpoint is kept")
 
+    def policy_step(obs: torch.Tensor) -> torch.Tensor:
+        """The greedy action argmax_a Q(s, a) of every env (epsilon-greedy's coin flips are drawn outside, in numpy)."""
+        with torch.no_grad():
+            _, q_values = q_network(obs)
+            return q_values.argmax(dim=1)
+
+    def update(observations, actions, next_observations, rewards, terminations) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step on a sampled batch; returns the loss and the batch's mean Q(s, a), detached."""
+        with torch.no_grad():
+            # the target distribution: the target network's pmf of its greedy next action, projected
+            next_pmfs, next_q = target_network(next_observations.float())
+            next_pmfs = next_pmfs[torch.arange(args.batch_size, device=device), next_q.argmax(dim=1)]
+            target_pmfs = categorical_projection(next_pmfs, rewards, terminations, args.gamma, target_network.atoms)
+        pmfs, q_values = q_network(observations.float())
+        batch_idx = torch.arange(args.batch_size, device=device)
+        old_pmfs = pmfs[batch_idx, actions.long()]
+        old_val = q_values[batch_idx, actions.long()]
+        # cross-entropy between the projected target and the predicted distribution (Algorithm 1)
+        loss = -(target_pmfs * torch.log(old_pmfs.clamp(min=1e-5, max=1 - 1e-5))).sum(dim=1).mean()
+
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach(), old_val.mean().detach()
+
+    # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
+    # (The target network's copy every target_network_frequency steps stays eager: it is rare and cheap.)
+    policy_step, update = speed_up(policy_step, args), speed_up(update, args)
+
     stop = StopSignal()
     progress = Progress(num_iterations * args.num_envs, not args.progress)
-    start_time, start_step = time.time(), global_step
+    start_time, start_step, clock_restarted = time.time(), global_step, False
     loss = None
     for iteration in range(start_iteration, num_iterations + 1):
         # act: global_step counts the environment steps taken so far, this one included
         global_step = iteration * args.num_envs
         epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step - args.num_envs)
-        with torch.no_grad():
-            _, q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
-        actions = epsilon_greedy(q_values, epsilon, action_rng)
+        greedy = policy_step(torch.as_tensor(obs, dtype=torch.float32, device=device))
+        actions = epsilon_greedy(greedy.cpu().numpy(), n_actions, epsilon, action_rng)
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -860,32 +943,24 @@ if __name__ == "__main__":
         if global_step > learning_starts:
             if global_step % args.train_frequency == 0:
                 data = rb.sample(args.batch_size)
-                with torch.no_grad():
-                    # the target distribution: the target network's pmf of its greedy next action, projected
-                    next_pmfs, next_q = target_network(data.next_observations.float())
-                    next_pmfs = next_pmfs[torch.arange(args.batch_size, device=device), next_q.argmax(dim=1)]
-                    target_pmfs = categorical_projection(
-                        next_pmfs, data.rewards, data.terminations, args.gamma, target_network.atoms
-                    )
-                pmfs, q_values = q_network(data.observations.float())
-                batch_idx = torch.arange(args.batch_size, device=device)
-                old_pmfs = pmfs[batch_idx, data.actions.long()]
-                old_val = q_values[batch_idx, data.actions.long()]
-                # cross-entropy between the projected target and the predicted distribution (Algorithm 1)
-                loss = -(target_pmfs * torch.log(old_pmfs.clamp(min=1e-5, max=1 - 1e-5))).sum(dim=1).mean()
-
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                loss, q_mean = update(
+                    data.observations, data.actions, data.next_observations, data.rewards, data.terminations
+                )
                 updates, updated = updates + 1, True
+                if not clock_restarted:
+                    # SPS leaves out everything up to and including this process's first gradient update: a
+                    # warm-up that holds --compile's compilation (or CUDA graph recording) and, on a fresh run,
+                    # the learning_starts steps without updates. Only steps after it count, so no SPS is logged here.
+                    start_time, start_step, clock_restarted = time.time(), global_step, True
 
                 if global_step % 100 == 0:
                     # the losses come to the host here only, for logging and for the non-finite check
-                    losses = {"losses/loss": loss.item(), "losses/q_values": old_val.mean().item()}
+                    losses = {"losses/loss": loss.item(), "losses/q_values": q_mean.item()}
                     for key, value in losses.items():
                         writer.add_scalar(key, value, global_step)
-                    sps = int((global_step - start_step) / (time.time() - start_time))
-                    writer.add_scalar("charts/SPS", sps, global_step)
+                    if global_step > start_step:
+                        sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
+                        writer.add_scalar("charts/SPS", sps, global_step)
                     stop_if_non_finite(losses)
 
             if global_step % args.target_network_frequency == 0:

@@ -6,7 +6,14 @@ import torch
 import torch.nn as nn
 
 from cleanrl.dqn import epsilon_greedy, linear_schedule, td_target, update_target
-from tests.helpers import assert_bad_input_rejected, read_scalars, run_script, single_run_dir, values
+from tests.helpers import (
+    assert_bad_input_rejected,
+    assert_compile_parity,
+    read_scalars,
+    run_script,
+    single_run_dir,
+    values,
+)
 
 # 2000 steps, learning from step 501, a gradient step every 10, a target update every 500 steps, losses logged
 # every 100 steps: gradient steps at 510..2000 (150), target updates at 1000, 1500, 2000.
@@ -46,13 +53,23 @@ def test_update_target_hard_and_soft():
 
 
 def test_epsilon_greedy_extremes_and_rate():
-    q = torch.tensor([[0.0, 3.0, 1.0]] * 2000)
+    greedy = np.ones(2000, dtype=np.int64)  # argmax of Q = [0, 3, 1] in every env
     rng = np.random.default_rng(0)
-    assert (epsilon_greedy(q, 0.0, rng) == 1).all()
-    random_actions = epsilon_greedy(q, 1.0, rng)
+    assert (epsilon_greedy(greedy, 3, 0.0, rng) == 1).all()
+    random_actions = epsilon_greedy(greedy, 3, 1.0, rng)
     assert set(random_actions.tolist()) == {0, 1, 2}
     # with epsilon 0.3 an action other than the greedy one comes from 2/3 of the random draws
-    assert np.mean(epsilon_greedy(q, 0.3, rng) != 1) == pytest.approx(0.2, abs=0.03)
+    assert np.mean(epsilon_greedy(greedy, 3, 0.3, rng) != 1) == pytest.approx(0.2, abs=0.03)
+
+
+def test_epsilon_greedy_draws_coins_then_random_actions():
+    # the numpy stream is used as before the policy step was split out: one coin per env, then one random
+    # action per env, whatever the coins say (resumed runs and old checkpoints depend on this order)
+    rng, ref = np.random.default_rng(5), np.random.default_rng(5)
+    actions = epsilon_greedy(np.array([2, 2, 2, 2]), 4, 0.5, rng)
+    coins, randoms = ref.random(4) < 0.5, ref.integers(0, 4, size=4)
+    assert actions.tolist() == np.where(coins, randoms, 2).tolist()
+    assert rng.random() == ref.random()
 
 
 def test_end_to_end_updates_the_network_and_the_target(workdir):
@@ -84,6 +101,16 @@ def test_same_seed_gives_identical_losses(workdir):
     assert len(logged[0]["losses/td_loss"]) == 5
 
 
+def test_compile_logs_the_same_losses_as_the_plain_path(workdir):
+    # 500 steps, learning from step 201: 30 gradient steps of batch 128, losses logged at 300, 400, 500, a target
+    # copy at 500; CartPole episodes end every ~20 steps, so both runs must also act alike. Measured: compiled and
+    # plain losses agree to about 1e-6 relative (float rounding of fused kernels); the tolerance leaves room.
+    assert_compile_parity(
+        "dqn.py", ["--total-timesteps", "500", "--learning-starts", "200"], workdir, ["policy_step", "update"],
+        rtol=1e-4, atol=1e-5, min_updates=3,
+    )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -92,6 +119,7 @@ def test_same_seed_gives_identical_losses(workdir):
         (["--learning-starts", "600", "--total-timesteps", "600"], "learning-starts"),
         (["--num-envs", "3"], "num-envs"),
         (["--tau", "0"], "tau"),
+        (["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
     ],
 )
 def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
