@@ -6,9 +6,10 @@ all counts alike), this runs
     python -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node=N cleanrl/ppo_atari_multigpu.py
         --num-envs N*E --total-timesteps ITERATIONS*N*E*NUM_STEPS ...
 in a scratch working directory and reads the run's TensorBoard event file (the script is never imported):
-- SPS: global environment steps per second between the end of the first iteration and the end of the last
-  one, from the wall times of the charts/SPS events; the first iteration (imports done, but process-group
-  start, CUDA and allocator warm-up) is left out. The script's own last charts/SPS is kept as well.
+- SPS: global environment steps per second between the end of the second iteration and the end of the last
+  one, from the wall times of the charts/SPS events (the script logs no SPS for its first, warm-up iteration,
+  which holds process-group start, compilation, CUDA and allocator warm-up). The script's own last charts/SPS
+  is kept as well.
 Reported: the median over rounds for each N, the ratio SPS(N) / SPS(1) (ideal: N) and the efficiency ratio / N.
 On a machine with at least max(--ranks) GPUs every rank takes its own GPU (the script picks it from
 LOCAL_RANK); without GPUs (or with --no-cuda) the ranks share the CPU cores and talk over gloo.
@@ -52,7 +53,8 @@ class Args:
     update_epochs: int = 4
     """--update-epochs of every run"""
     iterations: int = 4
-    """PPO iterations per run (at least 2: the first one is warm-up and not measured)"""
+    """PPO iterations per run (at least 3: the script logs no SPS for its warm-up iteration, and the rate is
+    measured between the ends of the second and the last iteration)"""
     env_id: str = "BreakoutNoFrameskip-v4"
     """the Atari game of every run"""
     seed: int = 1
@@ -75,8 +77,9 @@ def check(args: Args) -> None:
     for name in ("envs_per_rank", "num_steps", "num_minibatches", "update_epochs", "repetitions"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be at least 1")
-    if args.iterations < 2:
-        fail("--iterations must be at least 2 (the first iteration is warm-up and not measured)")
+    if args.iterations < 3:
+        fail("--iterations must be at least 3 (the first iteration is the script's warm-up and logs no SPS; the "
+             "rate is measured from the end of the second)")
     if not args.ranks or min(args.ranks) < 1:
         fail("--ranks must be positive rank counts")
     if (args.envs_per_rank * args.num_steps) % args.num_minibatches != 0:
@@ -89,7 +92,9 @@ def check(args: Args) -> None:
 
 
 def read_sps(run_dir: Path) -> tuple[float, float, int]:
-    """(steady SPS after the first iteration, the script's last charts/SPS, number of iterations logged)."""
+    """(steady SPS between the first and the last charts/SPS event, the script's last charts/SPS, number of events).
+
+    The script logs no SPS for its warm-up iteration, so the first event is the end of the second iteration."""
     from tensorboard.backend.event_processing import event_accumulator
 
     acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
@@ -129,9 +134,9 @@ def run_once(args: Args, script_args: list[str], nproc: int, work: Path) -> dict
     run_dirs = [p for p in (work / "runs").iterdir() if p.is_dir()]
     if len(run_dirs) != 1:
         fail(f"expected one run directory in {work / 'runs'} (rank 0 alone writes), found {run_dirs}")
-    steady, last, iterations = read_sps(run_dirs[0])
-    if iterations != args.iterations:
-        fail(f"{run_dirs[0]} logged {iterations} iterations, expected {args.iterations}")
+    steady, last, logged = read_sps(run_dirs[0])
+    if logged != args.iterations - 1:
+        fail(f"{run_dirs[0]} logged SPS for {logged} iterations, expected {args.iterations - 1} (all but the warm-up)")
     return {"sps": steady, "script_sps": last, "process_seconds": seconds, "command": " ".join(cmd[1:])}
 
 

@@ -305,7 +305,7 @@ def test_scaling_benchmark_measures_steps_per_second_after_the_first_iteration(t
     from benchmark.ppo_atari_multigpu_scaling import read_sps
 
     writer = SummaryWriter(str(tmp_path))
-    # iteration 1 ends 50 s after start (warm-up), then 128 steps every 2 s
+    # the script logs no SPS for iteration 1 (warm-up); iterations 2-4 end at 1050, 1052, 1054 s, 128 steps each
     for step, wall, sps in [(64, 1050.0, 1), (192, 1052.0, 3), (320, 1054.0, 5)]:
         writer.add_scalar("charts/SPS", sps, step, walltime=wall)
     writer.close()
@@ -315,10 +315,10 @@ def test_scaling_benchmark_measures_steps_per_second_after_the_first_iteration(t
 
 
 def test_scaling_benchmark_refuses_a_budget_without_a_measured_iteration(tmp_path):
-    cmd = [sys.executable, str(ROOT / "benchmark" / "ppo_atari_multigpu_scaling.py"), "--iterations", "1"]
+    cmd = [sys.executable, str(ROOT / "benchmark" / "ppo_atari_multigpu_scaling.py"), "--iterations", "2"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: --iterations must be at least 2")
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --iterations must be at least 3")
 
 
 @pytest.mark.slow
