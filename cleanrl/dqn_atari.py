@@ -171,8 +171,10 @@ def start_logging(args, run_name: str) -> SummaryWriter:
 # A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
 # made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
 # script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
+# --compile and --amp change speed (and float rounding) only. --cudagraphs is not among them: a resumed
+# optimizer keeps the capturable setting it was saved with.
 ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
-                     "wandb_project_name", "wandb_entity")
+                     "wandb_project_name", "wandb_entity", "compile", "amp")
 
 
 def checkpoint_path_of(path: str) -> str:

@@ -195,8 +195,10 @@ def start_logging(args, run_name: str) -> SummaryWriter:
 # A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
 # made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
 # script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
+# --compile and --amp change speed (and float rounding) only. --cudagraphs is not among them: a resumed
+# optimizer keeps the capturable setting it was saved with.
 ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
-                     "wandb_project_name", "wandb_entity")
+                     "wandb_project_name", "wandb_entity", "compile", "amp")
 
 
 def checkpoint_path_of(path: str) -> str:
@@ -950,8 +952,11 @@ if __name__ == "__main__":
     params = list(policy.parameters()) + list(value_net.parameters())
     # One Adam over both networks (PPG code); torch's default eps=1e-8 as in the reference. The learning rate is a
     # tensor updated in place, so a compiled update reads the annealed value instead of recompiling for every new
-    # float; capturable keeps Adam's step count on the device for CUDA graphs.
-    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), capturable=args.cudagraphs)
+    # float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA graphs need, and keeps Adam's
+    # multi-tensor path, which torch turns off for a tensor learning rate otherwise.
+    optimizer = optim.Adam(
+        params, lr=torch.tensor(args.learning_rate, device=device), capturable=device.type == "cuda"
+    )
 
     # storage: (num_steps, num_envs, ...); observations stay uint8 until they enter a network
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
@@ -972,6 +977,9 @@ if __name__ == "__main__":
         policy.load_state_dict(checkpoint["policy"])
         value_net.load_state_dict(checkpoint["value"])
         optimizer.load_state_dict(checkpoint["optimizer"])
+        # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
+        # written before --compile existed); it must be a tensor on the device, filled in place.
+        optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
         start_iteration = checkpoint["iteration"] + 1
         if checkpoint["aux"] is not None:
             aux.load_state(checkpoint["aux"])

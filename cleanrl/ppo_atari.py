@@ -178,8 +178,10 @@ def start_logging(args, run_name: str) -> SummaryWriter:
 # A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
 # made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
 # script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
+# --compile and --amp change speed (and float rounding) only. --cudagraphs is not among them: a resumed
+# optimizer keeps the capturable setting it was saved with.
 ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
-                     "wandb_project_name", "wandb_entity")
+                     "wandb_project_name", "wandb_entity", "compile", "amp")
 
 
 def checkpoint_path_of(path: str) -> str:
@@ -908,9 +910,11 @@ if __name__ == "__main__":
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
-    # recompiling for every new float; capturable keeps Adam's step count on the device for CUDA graphs.
+    # recompiling for every new float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA
+    # graphs need, and keeps Adam's multi-tensor path, which torch turns off for a tensor learning rate otherwise.
     optimizer = optim.Adam(
-        agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5, capturable=args.cudagraphs
+        agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
+        capturable=device.type == "cuda",
     )
     if args.save_model:
         # Neither backend's state can be saved: ale-py's vector env is C++, and gymnasium's AtariEnv pickles

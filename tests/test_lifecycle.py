@@ -94,6 +94,22 @@ def test_ppo_killed_and_resumed_equals_an_uninterrupted_run(workdir):
     assert run_dirs(workdir / "b") == [resumed]
 
 
+def test_a_plain_run_resumes_with_compile(workdir):
+    # --compile changes speed only, so a run may switch it on when resumed; the losses follow the uninterrupted
+    # plain run within float rounding (the parity tolerance of tests/test_ppo.py)
+    (workdir / "a").mkdir(), (workdir / "b").mkdir()
+    run_script("ppo.py", *PPO_SMALL, "--save-model", cwd=workdir / "a")
+    command = [*PPO_SMALL, "--save-model", "--checkpoint-frequency", "1", "--resume", "auto"]
+    checkpoint = kill_after_first_checkpoint("ppo.py", command, workdir / "b")
+    run_script("ppo.py", *command, "--compile", cwd=workdir / "b")
+    plain, resumed = read_scalars(single_run_dir(workdir / "a")), read_scalars(single_run_dir(workdir / "b"))
+    for key in LOSS_KEYS:
+        assert [s for s, _ in resumed[key]] == [s for s, _ in plain[key]], key
+        for (step, x), (_, y) in zip(plain[key], resumed[key]):
+            assert (x != x and y != y) or abs(x - y) <= 1e-6 + 1e-4 * abs(x), f"{key} at {step}: {x} vs {y}"
+    assert checkpoint["global_step"] < plain["losses/value_loss"][-1][0]
+
+
 def test_ppo_continuous_killed_and_resumed_equals_an_uninterrupted_run(workdir):
     # Pendulum is pure Python: its state, and that of the normalization wrappers, is saved
     (workdir / "a").mkdir(), (workdir / "b").mkdir()
@@ -244,6 +260,8 @@ def test_progress_line_only_on_a_terminal(workdir):
          "error: ppo.pt is not a checkpoint of ppo_continuous_action.py (it was written by ppo.py)"),
         ("ppo.py", ["--resume", "ppo.pt", "--env-id", "Acrobot-v1"],
          "error: cannot change --env-id (the checkpoint has 'CartPole-v1') when resuming"),
+        ("ppo.py", ["--resume", "ppo.pt", "--cudagraphs"],
+         "error: cannot change --cudagraphs (the checkpoint has False) when resuming"),
         ("ppo.py", ["--resume", "finished.pt"], "error: finished.pt is the end of a finished run (global step 1024)"),
         ("ppo.py", ["--resume", "garbage.pt"], "error: cannot read checkpoint garbage.pt"),
     ],
