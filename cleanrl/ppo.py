@@ -739,6 +739,7 @@ if __name__ == "__main__":
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
         """One gradient step on one minibatch; returns the losses and diagnostics, detached."""
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions.long())
+        # [shared:ppo-loss] source: cleanrl/ppo.py
         logratio = newlogprob - mb_logprobs
         ratio = logratio.exp()
 
@@ -773,6 +774,7 @@ if __name__ == "__main__":
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
         optimizer.step()
         return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
+        # [/shared:ppo-loss]
 
     # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
     policy_step, update = speed_up(policy_step, args), speed_up(update, args)

@@ -974,6 +974,7 @@ if __name__ == "__main__":
         # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
             _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
+        # [shared:ppo-loss] source: cleanrl/ppo.py
         logratio = newlogprob - mb_logprobs
         ratio = logratio.exp()
 
@@ -1008,6 +1009,7 @@ if __name__ == "__main__":
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
         optimizer.step()
         return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
+        # [/shared:ppo-loss]
 
     # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
     policy_step, update = speed_up(policy_step, args), speed_up(update, args)
