@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cleanrl.ddpg_continuous_action import Actor, QNetwork, check_spaces, exploration_actions, soft_update
-from tests.helpers import assert_compile_parity, read_scalars, single_run_dir, values
+from tests.helpers import assert_compile_parity, values
 
 
 def test_soft_update_moves_the_target_by_exactly_tau():
@@ -89,13 +89,9 @@ def test_compile_logs_the_same_losses_as_the_plain_path(workdir):
     # 200, 300 and 400. Measured: compiled and plain losses differ by at most 8e-7 relative (fused kernels' rounding);
     # the exploration noise comes from torch's generator in both paths.
     # The tolerance leaves room for rounding to grow with the updates; a wrong target or a skipped step moves the
-    # losses by far more.
+    # losses by far more. Episode returns agree within 1e-5 relative, not exactly: from step 101 the episodes act
+    # with the learning policy, whose rounding-level differences move the returns in the 7th digit (measured).
     plain = assert_compile_parity(
-        "ddpg_continuous_action.py", PARITY_BUDGET, workdir, ["policy_step", "update_critic", "update_actor"], rtol=1e-4, atol=1e-6, same_episodes=False
+        "ddpg_continuous_action.py", PARITY_BUDGET, workdir, ["policy_step", "update_critic", "update_actor"], rtol=1e-4, atol=1e-6, episodes_rtol=1e-5
     )
-    # The episodes are compared here within a tolerance instead of exactly: from step 101 they act with the learning
-    # policy, whose rounding-level differences move the returns in the 7th significant digit (measured).
-    compiled = read_scalars(single_run_dir(workdir / "compiled"))
-    returns = values(plain, "charts/episodic_return")
-    assert len(returns) == 2
-    assert values(compiled, "charts/episodic_return") == pytest.approx(returns, rel=1e-5)
+    assert len(values(plain, "charts/episodic_return")) == 2

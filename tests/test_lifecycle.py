@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from cleanrl.ppo import Args as PPOArgs
 from cleanrl.ppo import find_non_finite, save_checkpoint
-from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir
+from tests.helpers import ROOT, assert_losses_close, read_scalars, run_dirs, run_script, script_env, single_run_dir
 
 # ppo.py: 4 envs x 32 steps = 128 steps per iteration, 8 iterations
 PPO_SMALL = ["--num-steps", "32", "--total-timesteps", "1024", "--eval-episodes", "1", "--no-progress"]
@@ -103,10 +103,7 @@ def test_a_plain_run_resumes_with_compile(workdir):
     checkpoint = kill_after_first_checkpoint("ppo.py", command, workdir / "b")
     run_script("ppo.py", *command, "--compile", cwd=workdir / "b")
     plain, resumed = read_scalars(single_run_dir(workdir / "a")), read_scalars(single_run_dir(workdir / "b"))
-    for key in LOSS_KEYS:
-        assert [s for s, _ in resumed[key]] == [s for s, _ in plain[key]], key
-        for (step, x), (_, y) in zip(plain[key], resumed[key]):
-            assert (x != x and y != y) or abs(x - y) <= 1e-6 + 1e-4 * abs(x), f"{key} at {step}: {x} vs {y}"
+    assert_losses_close(plain, resumed, LOSS_KEYS, rtol=1e-4, atol=1e-6)
     assert checkpoint["global_step"] < plain["losses/value_loss"][-1][0]
 
 

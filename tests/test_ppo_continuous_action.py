@@ -201,16 +201,12 @@ def test_same_seed_gives_identical_losses(workdir):
 def test_compile_logs_the_same_losses_as_the_plain_path(workdir):
     # Pendulum, 4 updates of 2 epochs x 4 minibatches; one episode ends (truncated at step 200).
     # Measured: compiled and plain losses agree to within 3e-6 absolute (float rounding of fused kernels;
-    # the explained variance moves most); the tolerance leaves room for that to grow over 4 updates.
+    # the explained variance moves most); the tolerance leaves room for that to grow over 4 updates. The episode
+    # return agrees within 1e-5 relative, not exactly: Gaussian samples are continuous, so rounding moves every
+    # action a little (measured: 2e-4 on a return of about -1000).
     plain = assert_compile_parity(
         "ppo_continuous_action.py", ["--env-id", "Pendulum-v1", *TINY, "--total-timesteps", "256"], workdir,
-        ["policy_step", "update"], rtol=1e-4, atol=1e-5, min_updates=4, same_episodes=False,
-    )
-    # Not same_episodes: the Gaussian's samples are continuous, so rounding moves every action a little and
-    # the episode return (a sum of 200 rewards) is equal only to float32 precision (measured: 2e-4 in ~1000).
-    compiled = read_scalars(single_run_dir(workdir / "compiled"))
-    assert values(plain, "charts/episodic_return") == pytest.approx(
-        values(compiled, "charts/episodic_return"), rel=1e-5
+        ["policy_step", "update"], rtol=1e-4, atol=1e-5, min_updates=4, episodes_rtol=1e-5,
     )
     assert len(values(plain, "charts/episodic_return")) == 1
 

@@ -4,11 +4,10 @@ numerical reference, and the policy's actions inside the bounds."""
 import math
 
 import numpy as np
-import pytest
 import torch
 
 from cleanrl.sac_continuous_action import Actor, squashed_gaussian_log_prob
-from tests.helpers import assert_compile_parity, read_scalars, single_run_dir, values
+from tests.helpers import assert_compile_parity, values
 
 
 def test_log_prob_by_hand_at_the_centre():
@@ -97,14 +96,10 @@ def test_compile_logs_the_same_losses_as_the_plain_path(workdir):
     # 200, 300 and 400. Measured: compiled and plain losses differ by at most 4e-6 relative (fused kernels' rounding);
     # the policy's samples come from torch's generator in both paths (fallback_random).
     # The tolerance leaves room for rounding to grow with the updates; a wrong target or a skipped step moves the
-    # losses by far more.
+    # losses by far more. Episode returns agree within 1e-5 relative, not exactly: from step 101 the episodes act
+    # with the learning policy, whose rounding-level differences move the returns in the 7th digit (measured).
     plain = assert_compile_parity(
         "sac_continuous_action.py", PARITY_BUDGET, workdir, ["policy_step", "update_critic", "update_actor", "update_alpha"],
-        rtol=1e-4, atol=1e-6, same_episodes=False,
+        rtol=1e-4, atol=1e-6, episodes_rtol=1e-5,
     )
-    # The episodes are compared here within a tolerance instead of exactly: from step 101 they act with the learning
-    # policy, whose rounding-level differences move the returns in the 7th significant digit (measured).
-    compiled = read_scalars(single_run_dir(workdir / "compiled"))
-    returns = values(plain, "charts/episodic_return")
-    assert len(returns) == 2
-    assert values(compiled, "charts/episodic_return") == pytest.approx(returns, rel=1e-5)
+    assert len(values(plain, "charts/episodic_return")) == 2
