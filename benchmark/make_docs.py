@@ -271,8 +271,8 @@ How it measures:
 {budgets_table()}
 
 - Ours: the last `charts/SPS` of the run's event file. The scripts start that clock after a warm-up that holds the
-  compilation: PPO and PPG at the end of the first iteration, DQN, C51, DDPG, TD3 and SAC just after their first
-  gradient update (the random learning-starts steps are not measured either). So SPS leaves out compile time; the
+  compilation: PPO and PPG at the end of the first iteration, DQN and C51 just after their first gradient update,
+  DDPG, TD3 and SAC just after their first actor update (the random learning-starts steps are not measured either). So SPS leaves out compile time; the
   per-run list in `results.md` has each process's wall seconds, which include it.
 - Variants: `--variants compile` (the default) runs each script again with `--compile`; a variant is flag names
   joined by `+`, so `--variants compile compile+amp` also runs `--compile --amp`. `amp` applies to the CNN scripts
