@@ -696,6 +696,12 @@ if __name__ == "__main__":
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
     final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
     truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
+    # above once per rollout, instead of four small tensor conversions at every step.
+    rewards_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    terminations_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    dones_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    truncated_np = np.zeros((args.num_steps, args.num_envs), dtype=bool)
 
     if checkpoint is None:
         start_iteration, global_step = 1, 0
@@ -797,15 +803,15 @@ if __name__ == "__main__":
             logprobs[step] = logprob
 
             next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
-            dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
+            rewards_np[step] = reward  # float64 -> float32, rounded as torch.as_tensor(..., dtype=float32) would
+            terminations_np[step] = term
+            dones_np[step] = np.logical_or(term, trunc)
             next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
             # A truncated (time-limit) episode did not end in a terminal state: its last transition
             # bootstraps from the value of the true final observation, which same-step autoreset keeps
             # in info["final_obs"]. Only truncated envs need this extra forward pass, and it is rare.
             only_trunc = np.logical_and(trunc, np.logical_not(term))
-            truncated[step] = torch.as_tensor(only_trunc, device=device)
+            truncated_np[step] = only_trunc
             if only_trunc.any():
                 final_obs = np.stack(infos["final_obs"][only_trunc])
                 with torch.no_grad():
@@ -818,6 +824,10 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
                     writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
                     progress.episode(infos["episode"]["r"][i])
+
+        for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
+                               (truncated, truncated_np)):
+            buffer.copy_(torch.from_numpy(staged))
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():
