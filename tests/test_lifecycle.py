@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from cleanrl.ppo import Args as PPOArgs
-from cleanrl.ppo import find_non_finite, save_checkpoint
+from runtime import find_non_finite, save_checkpoint
 from tests.helpers import ROOT, assert_losses_close, read_scalars, run_dirs, run_script, script_env, single_run_dir
 
 # ppo.py: 4 envs x 32 steps = 128 steps per iteration, 8 iterations

@@ -16,7 +16,7 @@ import pytest
 import torch
 from gymnasium.spaces import Box, Discrete
 
-from cleanrl.dqn import ReplayBuffer, buffer_state, generator_state, load_buffer_state, set_generator_state
+from runtime import ReplayBuffer, load_state_of, state_of
 from tests.helpers import ROOT, read_scalars, run_dirs, run_script, script_env, single_run_dir
 from tests.test_lifecycle import kill_after_first_checkpoint, load, start, wait_for_checkpoint
 
@@ -35,11 +35,11 @@ LOSS_KEYS = {"dqn.py": ["losses/td_loss", "losses/q_values"], "c51.py": ["losses
 def test_generator_and_buffer_state_round_trip():
     rng = np.random.default_rng(7)
     rng.random(3)
-    state = generator_state(rng)
+    state = state_of(rng)
     assert isinstance(state, str)  # JSON text: weights_only-safe, and PCG64's 128-bit integers survive
     expected = rng.integers(0, 1000, size=5)
     other = np.random.default_rng(0)
-    set_generator_state(other, json.loads(json.dumps(state)))
+    load_state_of(other, json.loads(json.dumps(state)))
     assert (other.integers(0, 1000, size=5) == expected).all()
 
     space = Box(-1, 1, (2,), np.float32)
@@ -47,10 +47,10 @@ def test_generator_and_buffer_state_round_trip():
     for k in range(5):  # wraps: pos 1, full
         rb.add(np.full((1, 2), k, np.float32), np.full((1, 2), k + 1, np.float32), np.array([k % 3]),
                np.array([float(k)]), np.array([0.0]))
-    saved = buffer_state(rb)
+    saved = rb.state_dict()
     assert saved["pos"] == 1 and saved["full"] is True and saved["observations"][0, 0].item() == 4.0
     copy = ReplayBuffer(4, space, Discrete(3), torch.device("cpu"), seed=1)
-    load_buffer_state(copy, torch.load(_roundtrip(saved), weights_only=True))
+    copy.load_state_dict(torch.load(_roundtrip(saved), weights_only=True))
     assert copy.pos == 1 and copy.full and len(copy) == 4
     for name in ("observations", "next_observations", "actions", "rewards", "terminations"):
         assert (getattr(copy, name) == getattr(rb, name)).all(), name

@@ -4,7 +4,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cleanrl.dqn import ReplayBuffer, true_next_obs
+from runtime import ReplayBuffer, true_next_obs
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl.dqn_atari import FrameReplayBuffer, atari_true_next_obs, make_atari_envs
+from runtime import FrameReplayBuffer, atari_true_next_obs, make_atari_envs
 
 CPU = torch.device("cpu")
 
