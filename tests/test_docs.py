@@ -15,7 +15,8 @@ import tyro
 from docs.hooks import expand
 from tests.helpers import ROOT, run_script, script_env
 
-SCRIPTS = sorted((ROOT / "cleanrl").glob("*.py"))
+RUNTIME = ROOT / "cleanrl" / "runtime.py"  # the companion module: run machinery, no algorithm of its own
+SCRIPTS = sorted(p for p in (ROOT / "cleanrl").glob("*.py") if p != RUNTIME)
 
 
 def docs_page(script: Path) -> Path:
@@ -75,6 +76,30 @@ def logged_keys(script: Path) -> set[str]:
     return keys
 
 
+def run_method_keys() -> dict[str, set[str]]:
+    """The keys each method of runtime.Run writes, itself or through the Run methods it calls."""
+    run_class = next(n for n in ast.parse(RUNTIME.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "Run")
+    direct, calls = {}, {}
+    for method in run_class.body:
+        if isinstance(method, ast.FunctionDef):
+            nodes = [n for n in ast.walk(method) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+            direct[method.name] = {n.args[0].value for n in nodes if n.func.attr == "add_scalar"
+                                   and isinstance(n.args[0], ast.Constant)}
+            calls[method.name] = {n.func.attr for n in nodes if isinstance(n.func.value, ast.Name)
+                                  and n.func.value.id == "self"}
+    def closure(name: str, seen: frozenset = frozenset()) -> set[str]:
+        return direct[name].union(*(closure(c, seen | {name}) for c in calls[name] if c in direct and c not in seen))
+    return {name: closure(name) for name in direct}
+
+
+def script_keys(script: Path) -> set[str]:
+    """What a script writes: its own add_scalar keys and those of the runtime.Run methods it calls (run.X(...))."""
+    methods = run_method_keys()
+    called = {n.func.attr for n in ast.walk(ast.parse(script.read_text())) if isinstance(n, ast.Call)
+              and isinstance(n.func, ast.Attribute) and n.func.attr in methods}
+    return logged_keys(script).union(*(methods[m] for m in called))
+
+
 def logged_metrics_section(page: Path) -> str:
     """The text of the page's `## Logged metrics` section (up to the next `## ` heading)."""
     m = re.search(r"^## Logged metrics\n(.*?)(?=^## |\Z)", page.read_text(), re.MULTILINE | re.DOTALL)
@@ -97,7 +122,7 @@ def pages_of(script: Path) -> list[Path]:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_every_logged_key_is_documented(script):
-    keys = logged_keys(script)
+    keys = script_keys(script)
     assert keys, f"{script.name}: no add_scalar call found"
     for page in pages_of(script):
         assert page.exists(), f"{script.name}: docs page {page.relative_to(ROOT)} is missing"
@@ -110,7 +135,7 @@ def test_no_documented_key_is_stale():
     written: dict[Path, set[str]] = {}
     for script in SCRIPTS:
         for page in pages_of(script):
-            written.setdefault(page, set()).update(logged_keys(script))
+            written.setdefault(page, set()).update(script_keys(script))
     assert written
     for page, keys in written.items():
         stale = sorted(documented_keys(page) - keys)
