@@ -1,0 +1,81 @@
+"""What a run prints, on a terminal and into a log file (docs/get-started.md, First run)."""
+
+import os
+import pty
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT, run_script, script_env, single_run_dir
+from tests.scripts import SCRIPTS, script_params
+
+DRAW = r"\r\d+/\d+ steps \(\d+%\) \| \d+ SPS \| return \S+  "
+
+
+def output_on_a_terminal(row, cwd, *extra: str) -> str:
+    """Run a script with stdout and stderr on one pseudo-terminal, as in an interactive shell; what it showed."""
+    leader, follower = pty.openpty()
+    cmd = list(row.launcher or [sys.executable]) + [str(ROOT / "cleanrl" / row.name), *row.args, *extra]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=script_env(), stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=600) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    # a terminal turns "\n" into "\r\n"; undo that so the progress line's own "\r" stand out
+    return b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("row", script_params())
+def test_on_a_terminal_only_the_progress_line_rewrites_itself(row, workdir):
+    shown = output_on_a_terminal(row, workdir)
+    total = row.loss_steps[-1]
+    assert f"\r{total}/{total} steps (100%) |" in shown, shown[-2000:]
+    # From its first draw to the end of the line, nothing but progress draws: no line is printed over it.
+    start = shown.index("\r")
+    line = shown[start : shown.index("\n", start) + 1]
+    assert re.fullmatch(f"({DRAW})+\n", line), repr(line[-500:])
+    assert "progress: step" not in shown, "the plain log lines are for files, not terminals"
+    assert shown.splitlines()[0] == f"run directory: runs/{single_run_dir(workdir).name}"
+    assert shown.rstrip("\n").splitlines()[-1].startswith(f"done: {total} steps in ")
+
+
+def test_no_progress_draws_nothing_on_a_terminal(workdir):
+    shown = output_on_a_terminal(SCRIPTS["ppo.py"], workdir, "--no-progress")
+    assert "\r" not in shown and "steps (" not in shown
+    assert shown.rstrip("\n").splitlines()[-1].startswith("done: 256 steps in ")
+
+
+@pytest.mark.parametrize("row", script_params())
+def test_into_a_file_plain_progress_lines_then_a_summary(row, workdir):
+    # stdout and stderr both go to one file, as with `python cleanrl/X.py > log 2>&1` (nohup, a batch job's log)
+    log = workdir / "log"
+    cmd = list(row.launcher or [sys.executable]) + [str(ROOT / "cleanrl" / row.name), *row.args,
+                                                     "--progress-interval", "0.001"]
+    with open(log, "w") as f:
+        assert subprocess.run(cmd, cwd=workdir, env=script_env(), stdout=f, stderr=subprocess.STDOUT,
+                              timeout=600).returncode == 0
+    lines = log.read_text().splitlines()
+    assert "\r" not in log.read_text()
+    assert lines[0] == f"run directory: runs/{single_run_dir(workdir).name}"
+    progress = [ln for ln in lines if ln.startswith("progress: ")]
+    assert progress, lines
+    for ln in progress:
+        assert re.fullmatch(r"progress: step \d+/\d+ \(\d+%\), \d+ SPS, mean return of the last 20 episodes \S+", ln), ln
+    assert lines[-1].startswith(f"done: {row.loss_steps[-1]} steps in ") and "logs in runs/" in lines[-1]
+
+
+def test_the_plain_lines_come_at_the_interval(workdir):
+    # a 30-second interval on a run of a few seconds prints no progress line, only the start and the summary
+    proc = run_script("ppo.py", *SCRIPTS["ppo.py"].args, cwd=workdir)
+    assert "progress: " not in proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("run directory: runs/CartPole-v1__ppo__1__")
