@@ -16,73 +16,20 @@ Run:
     python cleanrl/c51_atari.py --help
 """
 
-import glob
-import json
-import math
-import os
-import pickle
-import random
-import shutil
-import signal
-import sys
-import time
-from collections import deque
-from dataclasses import asdict, dataclass
-from typing import Callable, NamedTuple, NoReturn, Optional
+from dataclasses import dataclass
+from typing import Optional
 
-import ale_py
-import cloudpickle
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-import tyro
-from ale_py.vector_env import AtariVectorEnv
-from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
-from torch.utils.tensorboard import SummaryWriter
+
+import runtime
+from runtime import RunArgs, fail
 
 
 @dataclass
-class Args:
-    # [shared:common-args] source: cleanrl/ppo.py
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, use CUDA when it is available"""
-    track: bool = False
-    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
-    wandb_project_name: str = "cleanRL"
-    """the W&B project name"""
-    wandb_entity: Optional[str] = None
-    """the W&B entity (team); None uses your default entity"""
-    capture_video: bool = False
-    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
-    save_model: bool = False
-    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
-    eval_episodes: int = 10
-    """number of episodes of the evaluation that follows --save-model"""
-    # [/shared:common-args]
-    # [shared:lifecycle-args] source: cleanrl/ppo.py
-    checkpoint_frequency: int = 0
-    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
-    resume: Optional[str] = None
-    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
-    eval_only: Optional[str] = None
-    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
-    progress: bool = True
-    """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
-    # [/shared:lifecycle-args]
-    # [shared:speed-args] source: cleanrl/ppo.py
-    compile: bool = False
-    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
-    cudagraphs: bool = False
-    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
-    # [/shared:speed-args]
+class Args(RunArgs):
     amp: bool = False
     """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
     eval_max_frames: Optional[int] = None
@@ -129,371 +76,14 @@ class Args:
     """with --save-model, also save the replay memory (its frame rings and bookkeeping) in checkpoints"""
 
 
-# [shared:run-setup] source: cleanrl/ppo.py
-def fail(message: str) -> NoReturn:
-    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
-    raise SystemExit(f"error: {message}")
-
-
-def make_probe_env(env_id: str) -> gym.Env:
-    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
-    try:
-        return gym.make(env_id)
-    except gym.error.Error as e:
-        fail(f"cannot make environment {env_id!r}: {e}")
-
-
-def seed_everything(seed: int, torch_deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = torch_deterministic
-
-
-def start_logging(args, run_name: str) -> SummaryWriter:
-    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-    return writer
-# [/shared:run-setup]
-
-
-# [shared:lifecycle] source: cleanrl/ppo.py
-# Saving, resuming, stopping and watching a run; docs/saving-resuming.md says what each piece guarantees.
-# A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
-# made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
-# script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
-# --compile and --amp change speed (and float rounding) only. --cudagraphs is not among them: a resumed
-# optimizer keeps the capturable setting it was saved with.
-ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
-                     "wandb_project_name", "wandb_entity", "compile", "amp")
-
-
-def checkpoint_path_of(path: str) -> str:
-    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.pt")
-    if not os.path.isfile(path):
-        fail(f"no checkpoint at {path}")
-    return path
-
-
-def load_checkpoint(path: str, script: str) -> dict:
-    """Read a checkpoint on the CPU and check that this script wrote it."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
-    if found != script:
-        fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
-    return checkpoint
-
-
-def find_resume_checkpoint(args) -> Optional[dict]:
-    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
-
-    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
-    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
-    if that run has finished, there is nothing to do and the process exits 0.
-    """
-    script = os.path.basename(__file__)
-    if args.resume is None:
-        return None
-    if args.resume == "auto":
-        # run names write "/" in env ids (ALE/Pong-v5) as "-"
-        run_prefix = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__"
-        found = glob.glob(os.path.join("runs", f"{run_prefix}*", "checkpoint.pt"))
-        if not found:
-            return None
-        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
-        checkpoint = load_checkpoint(newest, script)
-        if checkpoint["finished"]:
-            # a restart after the run ended (say, during the final evaluation) must not train it again
-            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
-            raise SystemExit(0)
-        return checkpoint
-    path = checkpoint_path_of(args.resume)
-    checkpoint = load_checkpoint(path, script)
-    if checkpoint["finished"]:
-        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
-    return checkpoint
-
-
-def resumed_args(args_cls, checkpoint: dict):
-    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
-
-    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
-    budget or learning rate would not continue the same run, so they fail in one line.
-    """
-    try:
-        saved = args_cls(**checkpoint["args"])
-    except TypeError as e:
-        fail(f"the checkpoint's flags do not fit this script's: {e}")
-    args = tyro.cli(args_cls, default=saved)
-    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
-    if changed:
-        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
-                                          for k in changed) + " when resuming")
-    return args
-
-
-def reopen_logging(args, run_name: str, purge_step: int) -> SummaryWriter:
-    """A resumed run logs on in its own TensorBoard directory. purge_step makes TensorBoard drop the events
-    the interrupted process logged at steps >= purge_step (after its last checkpoint), so curves do not overlap.
-    With --track the resumed process is a new W&B run of the same name."""
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    return SummaryWriter(f"runs/{run_name}", purge_step=purge_step)
-
-
-def rng_state() -> dict:
-    """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
-    np_state = np.random.get_state(legacy=False)
-    return {
-        "python": random.getstate(),
-        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
-        "numpy_pos": int(np_state["state"]["pos"]),
-        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state({
-        "bit_generator": "MT19937",
-        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
-        "has_gauss": state["numpy_gauss"][0],
-        "gauss": state["numpy_gauss"][1],
-    })
-    torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def vector_layers(envs: gym.vector.VectorEnv) -> list:
-    """The vector wrappers from the outside in, then the vector env itself."""
-    layers = [envs]
-    while isinstance(layers[-1], gym.vector.VectorWrapper):
-        layers.append(layers[-1].env)
-    return layers
-
-
-def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
-    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
-
-    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
-    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
-    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
-    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
-    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
-    """
-    layers = vector_layers(envs)
-    if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
-    for sub_env in layers[-1].envs:
-        if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
-            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
-    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
-    # the result loads with plain pickle.
-    try:
-        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
-        return cloudpickle.dumps(state), ""
-    except (pickle.PicklingError, AttributeError, TypeError) as e:
-        return None, f"pickling failed: {e}"
-
-
-def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
-    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
-    layers = vector_layers(envs)
-    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        for sub_env in layers[-1].envs:
-            sub_env.close()
-    for layer, saved in zip(layers, pickle.loads(state), strict=True):
-        vars(layer).update(saved)
-
-
-def checkpoint_common(args, run_name: str, iteration: int, global_step: int, finished: bool, envs) -> dict:
-    """The entries every script's checkpoint has; the script adds its networks, optimizers and statistics."""
-    return {
-        "script": os.path.basename(__file__),
-        "args": asdict(args),
-        "run_name": run_name,
-        "iteration": iteration,
-        "global_step": global_step,
-        "finished": finished,
-        "rng": rng_state(),
-        "envs": env_state(envs)[0],
-    }
-
-
-def save_checkpoint(checkpoint: dict, path: str) -> None:
-    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
-    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(checkpoint, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
-    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
-
-    Called once per update, never per step: all parameters are checked by one isfinite over their
-    concatenation with one host sync; only when that fails are they searched one by one for the name.
-    """
-    for name, value in losses.items():
-        if not math.isfinite(value):
-            return f"{name} ({value})"
-    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
-    if bool(torch.isfinite(torch.cat(params)).all()):
-        return None
-    for module_name, module in modules.items():
-        for name, p in module.named_parameters():
-            if not bool(torch.isfinite(p).all()):
-                return f"parameter {module_name}.{name}"
-    return "a parameter"
-
-
-class StopSignal:
-    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
-    training loop reads it at its next safe point (the end of an update), saves a checkpoint and exits 0.
-    A second signal stops at once with the default action."""
-
-    def __init__(self):
-        self.received: Optional[str] = None
-        signal.signal(signal.SIGINT, self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.received is not None:
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-            return
-        self.received = signal.Signals(signum).name
-
-
-class Progress:
-    """One self-rewriting line on stderr: steps, SPS and the mean of the last 20 episodic returns. Drawn only
-    on an interactive terminal and without --no-progress, at most 4 times a second, so it can be called every step."""
-
-    def __init__(self, total_steps: int, disabled: bool):
-        self.total_steps = total_steps
-        self.enabled = not disabled and sys.stderr.isatty()
-        self.returns = deque(maxlen=20)
-        self.last_draw = 0.0
-
-    def episode(self, episodic_return: float) -> None:
-        self.returns.append(float(episodic_return))
-
-    def update(self, global_step: int, sps: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last_draw < 0.25 and global_step < self.total_steps):
-            return
-        self.last_draw = now
-        recent = f"{np.mean(self.returns):.1f}" if self.returns else "-"
-        percent = 100 * global_step // self.total_steps
-        sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | return {recent}  ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.last_draw:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-def check_lifecycle_args(args) -> None:
-    if args.checkpoint_frequency < 0:
-        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
-    if args.checkpoint_frequency > 0 and not args.save_model:
-        fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
-
-
-def saved_model_path(path: str) -> str:
-    """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
-    if os.path.isdir(path):
-        candidates = [os.path.join(path, "checkpoint.pt")] + sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
-        path = next((c for c in candidates if os.path.isfile(c)), candidates[0])
-    if not os.path.isfile(path):
-        fail(f"no saved model at {path}")
-    return path
-# [/shared:lifecycle]
-
-
-# [shared:speed] source: cleanrl/ppo.py
-def check_speed_args(args) -> None:
-    on_cuda = args.cuda and torch.cuda.is_available()
-    if args.cudagraphs and not on_cuda:
-        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
-    if args.compile and not on_cuda:
-        compiler = os.environ.get("CXX", "g++")
-        if shutil.which(compiler) is None:
-            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
-
-
-def speed_up(fn: Callable, args) -> Callable:
-    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
-
-    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
-    starts its clock only after a warm-up.
-    """
-    if not (args.compile or args.cudagraphs):
-        return fn
-    if args.compile:
-        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
-        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
-        torch._inductor.config.fallback_random = True
-        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
-    else:
-        wrapped = torch.compile(fn, backend="cudagraphs")
-    if not args.cudagraphs:
-        return wrapped
-
-    def replay(*inputs):
-        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
-        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
-        torch.compiler.cudagraph_mark_step_begin()
-        out = wrapped(*inputs)
-        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
-
-    return replay
-# [/shared:speed]
-
-
-# [shared:off-policy-checks] source: cleanrl/dqn.py
-def check_off_policy_args(args) -> None:
+def check_off_policy_args(args: Args) -> None:
     """The step counts of an off-policy run, checked before the run directory exists.
 
     Steps are counted over all environments; one loop iteration takes num_envs steps, so the periodic
     events (gradient step, target update) must fall on iteration boundaries to happen when the flags say.
     """
-    for name in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency", "target_network_frequency"):
+    for name in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency",
+                 "target_network_frequency"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.learning_starts < args.total_timesteps:
@@ -505,233 +95,15 @@ def check_off_policy_args(args) -> None:
             fail(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of --num-envs {args.num_envs}")
     if args.buffer_size < args.num_envs:
         fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
-# [/shared:off-policy-checks]
 
 
-# [shared:atari-env] source: cleanrl/ppo_atari.py
-# Atari environments with the preprocessing of Mnih et al. 2015 (as in OpenAI Baselines' atari_wrappers):
-# noop reset (up to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84
-# grayscale (cv2 INTER_AREA), a stack of the last 4 frames (zeros before the first), episodic life and
-# sign-clipped rewards for learning. Observations are uint8 (num_envs, 4, 84, 84); scale them in the network.
-gym.register_envs(ale_py)
-ATARI_BACKENDS = ("ale-vector", "gymnasium")
-
-
-def atari_emulator_settings(env_id: str) -> dict:
-    """The emulator settings an Atari id stands for, read from its gymnasium registration.
-
-    Accepted ids: `<Game>NoFrameskip-v4` (repeat_action_probability 0, the setting of the DQN and PPO
-    papers and of CleanRL's benchmarks) and `ALE/<Game>-v5` (sticky actions with p=0.25, Machado et al. 2018).
-    Both use the minimal action set and a limit of 108000 frames (30 minutes) per game. Frame skipping is done
-    by the preprocessing, so ids that skip frames themselves (`Breakout-v4`: random 2-5), v0 ids and RAM-observation
-    variants (`-ram`) are refused, as is anything that is not an ale-py game: one `error:` line, exit 1.
-    """
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error as e:
-        fail(f"cannot make environment {env_id!r}: {e}")
-    if spec.entry_point != "ale_py.env:AtariEnv":
-        fail(f"{env_id} is not an Atari game; use an id like BreakoutNoFrameskip-v4 or ALE/Breakout-v5")
-    kwargs = spec.kwargs
-    supported = env_id.endswith("NoFrameskip-v4") or (spec.namespace == "ALE" and spec.version == 5)
-    if not supported or kwargs.get("obs_type", "rgb") != "rgb":
-        fail(f"{env_id} is not supported; use a <Game>NoFrameskip-v4 or ALE/<Game>-v5 id (image observations)")
-    return dict(
-        game=kwargs["game"],
-        repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
-        full_action_space=bool(kwargs.get("full_action_space", False)),
-        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)),
-    )
-
-
-class FireOnReset(gym.Wrapper):
-    """Press FIRE for one emulator frame after each game reset, before the noops, like the native env's
-    use_fire_reset (games such as Breakout wait for FIRE to launch). Sits under the frame skip, so it costs
-    one frame, not four. It acts at game starts only: after a lost life the agent must press FIRE itself."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        meanings = env.unwrapped.get_action_meanings()
-        self.fire_action = meanings.index("FIRE") if "FIRE" in meanings else None
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        if self.fire_action is not None:
-            obs, _, terminated, truncated, info = self.env.step(self.fire_action)
-            if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
-        return obs, info
-
-
-def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, noop_max: int, max_frames: int):
-    """Thunk for the gymnasium backend: one whole game per episode (life loss is handled by AtariGameStatistics)."""
-
-    def thunk():
-        settings = atari_emulator_settings(env_id)
-        # frameskip=1: AtariPreprocessing skips frames itself (v5 ids skip 4 by default).
-        kwargs = dict(
-            frameskip=1,
-            repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=max_frames,
-        )
-        if capture_video and idx == 0:
-            # The video shows every emulator frame in colour, whole games (all lives).
-            env = gym.make(env_id, render_mode="rgb_array", **kwargs)
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id, **kwargs)
-        env = FireOnReset(env)
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True)
-        # padding_type="zero": the first observation of a game is [0, 0, 0, frame], as in the native env.
-        return gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-
-    return thunk
-
-
-class RecordFirstGameFrames(gym.vector.VectorWrapper):
-    """Video for the ale-vector backend, which renders nothing: the newest 84x84 grayscale frame that env 0's
-    agent observes, one mp4 per whole game on gymnasium's capped cubic schedule (games 0, 1, 8, 27, ..., 1000,
-    2000, ...), at 15 fps (60 Hz / 4-frame skip). Wrap the full-game env (before AtariGameStatistics)."""
-
-    def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
-        super().__init__(env)
-        self.video_folder, self.game_index, self.frames = video_folder, 0, []
-
-    def _add(self, stacked_obs: np.ndarray) -> None:
-        if capped_cubic_video_schedule(self.game_index):
-            self.frames.append(np.repeat(stacked_obs[-1][..., None], 3, axis=-1))
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self.frames = []
-        self._add(obs[0])
-        return obs, info
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        if terminated[0] or truncated[0]:
-            self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
-            if self.frames:
-                save_video(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
-            self.game_index, self.frames = self.game_index + 1, []
-        self._add(obs[0])
-        return obs, reward, terminated, truncated, info
-
-
-class AtariGameStatistics(gym.vector.VectorWrapper):
-    """The learning signal and the real score, over a vector env whose episodes are whole games.
-
-    step() returns:
-    - reward: sign(r) in {-1, 0, 1} if clip_rewards (Mnih et al. 2015), else the raw score change.
-    - terminated: game over, or (if terminal_on_life_loss) a life lost on this step. A lost life does not
-      reset the game: the next observation continues it, but nothing is bootstrapped across the lost life
-      (episodic life, Mnih et al. 2015). `info["life_lost"]` marks those steps.
-    - truncated: the game hit its frame limit. Same-step autoreset: at a game end the observation is already
-      the next game's first one and `info["final_obs"]` holds the last one.
-    - info["episode"] = {"r": raw score of the whole game over all lives, "l": its length in agent steps,
-      "t": seconds since the wrapper was made}, with the mask info["_episode"], on the steps where a game
-      ends (the keys of gymnasium's RecordEpisodeStatistics, but counting whole games and unclipped rewards).
-    """
-
-    def __init__(self, env: gym.vector.VectorEnv, terminal_on_life_loss: bool = True, clip_rewards: bool = True):
-        super().__init__(env)
-        self.terminal_on_life_loss, self.clip_rewards = terminal_on_life_loss, clip_rewards
-        self.start_time = time.perf_counter()
-        self.game_returns = np.zeros(self.num_envs, dtype=np.float64)
-        self.game_lengths = np.zeros(self.num_envs, dtype=np.int64)
-        self.lives = np.zeros(self.num_envs, dtype=np.int64)
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self.game_returns[:] = 0
-        self.game_lengths[:] = 0
-        self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
-        return obs, info
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        raw_reward = np.asarray(reward, dtype=np.float64)
-        self.game_returns += raw_reward
-        self.game_lengths += 1
-        game_over = np.logical_or(terminated, truncated)
-        # at a game end, info["lives"] already belongs to the next game, so only compare within a game
-        lives = np.asarray(info["lives"], dtype=np.int64)
-        life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
-        self.lives = lives.copy()
-        info["life_lost"] = life_lost
-        if game_over.any():
-            info["episode"] = {
-                "r": np.where(game_over, self.game_returns, 0.0),
-                "l": np.where(game_over, self.game_lengths, 0),
-                "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0),
-            }
-            info["_episode"] = game_over
-            self.game_returns[game_over] = 0
-            self.game_lengths[game_over] = 0
-        if self.terminal_on_life_loss:
-            terminated = np.logical_or(terminated, life_lost)
-        if self.clip_rewards:
-            reward = np.sign(raw_reward)
-        return obs, reward.astype(np.float32), terminated, truncated, info
-
-
-def make_atari_envs(
-    env_id: str,
-    num_envs: int,
-    backend: str = "ale-vector",
-    capture_video: bool = False,
-    run_name: str = "",
-    noop_max: int = 30,
-    terminal_on_life_loss: bool = True,
-    clip_rewards: bool = True,
-    max_frames: Optional[int] = None,
-) -> gym.vector.VectorEnv:
-    """Vector env of `num_envs` preprocessed Atari games with same-step autoreset; seed it with reset(seed=s)
-    (env i gets seed s + i). Observations uint8 (num_envs, 4, 84, 84); step() as in AtariGameStatistics.
-
-    backend "ale-vector": ale-py's C++ AtariVectorEnv (threaded, fastest). Its own reward clipping and episodic
-    life are off: its episodic_life resets the whole game at every lost life, so whole-game scores would be lost.
-    backend "gymnasium": FireOnReset, AtariPreprocessing and FrameStackObservation in a SyncVectorEnv (on
-    2 cores the process traffic of AsyncVectorEnv costs more than it saves).
-    The two agree frame for frame except the noop count at reset: native draws 0..noop_max-1 noops from its own
-    RNG (one fewer when it pressed FIRE), gymnasium 1..noop_max from the env's np_random.
-    capture_video records env 0 to videos/{run_name}: colour frames of whole games with the gymnasium backend,
-    the agent's 84x84 grayscale frames with ale-vector. max_frames overrides the id's frame limit per game.
-    """
-    if backend not in ATARI_BACKENDS:
-        fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    settings = atari_emulator_settings(env_id)
-    max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
-    if backend == "ale-vector":
-        envs = AtariVectorEnv(
-            settings["game"],
-            num_envs,
-            repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=max_frames,
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-            img_height=84,
-            img_width=84,
-            grayscale=True,
-            stack_num=4,
-            frameskip=4,
-            maxpool=True,
-            noop_max=noop_max,
-            use_fire_reset=True,
-            episodic_life=False,
-            life_loss_info=False,
-            reward_clipping=False,
-        )
-        if capture_video:
-            envs = RecordFirstGameFrames(envs, f"videos/{run_name}")
-    else:
-        envs = gym.vector.SyncVectorEnv(
-            [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        )
-    return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
-# [/shared:atari-env]
+def check_atari_args(args: Args) -> None:
+    """The evaluation's frame limit, the env id and the backend (training and --eval-only)."""
+    if args.eval_max_frames is not None and args.eval_max_frames < 1:
+        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    runtime.atari_emulator_settings(args.env_id)
+    if args.env_backend not in runtime.ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(runtime.ATARI_BACKENDS)}")
 
 
 class QNetwork(nn.Module):
@@ -761,162 +133,6 @@ class QNetwork(nn.Module):
         return pmfs, (pmfs * self.atoms).sum(dim=2)
 
 
-# [shared:atari-replay-buffer] source: cleanrl/dqn_atari.py
-class ReplayBufferSamples(NamedTuple):
-    observations: torch.Tensor  # (batch, stack, H, W) uint8
-    actions: torch.Tensor  # (batch, *action_shape), the action space's dtype (int64 for Discrete)
-    next_observations: torch.Tensor  # (batch, stack, H, W) uint8, the true successor (final_obs at a game end)
-    rewards: torch.Tensor  # (batch,) float32
-    terminations: torch.Tensor  # (batch,) float32: 1 when the successor is terminal (game over or lost life)
-
-
-class FrameReplayBuffer:
-    """Replay memory for frame-stacked observations that stores every frame once.
-
-    An observation is a stack of the last `stack` frames (4 x 84 x 84 uint8). Consecutive observations of
-    one env share all but one frame, so each env keeps a ring of single frames and a stack is rebuilt at
-    sample time as `stack` consecutive slots. A transition lives in the slot of its observation's newest
-    frame s: its observation is frames[s - stack + 1 .. s], its next observation frames[s - stack + 2 .. s + 1].
-
-    What is stored per step, for each env:
-    - If the observation continues the ring (it equals the stack ending at the newest stored frame, as
-      after every ordinary step and after a lost life, where the game goes on), nothing new is written for it.
-      Otherwise (the first step, or the first observation of a new game after an autoreset) all `stack`
-      frames of the observation are written as they are, padding included. So a sampled stack is exactly the
-      stack the agent saw, whatever padding the frame stack uses (zeros for these envs), and no stack mixes
-      frames of two games: the frames before a new game's first observation are its own padding frames.
-    - The newest frame of the next observation, written to slot s + 1. At a game end that is the newest frame
-      of the true final observation (info["final_obs"]), so truncated games bootstrap from their real last
-      state; the next observation must continue the observation's stack (checked, ValueError otherwise).
-    A slot is sampled only if `valid`: it holds a transition whose frames s - stack + 1 .. s + 1 are all
-    still in the ring. Writing slot w clears valid at w (a new frame, no transition yet) and at w + stack - 1,
-    the oldest slot whose stack would now reach across the write head into the newest frame.
-
-    Capacity: each env's ring has ceil(buffer_size / num_envs) * (1 + 1/64) + stack frame slots. A game
-    costs `stack` frames beyond its transitions (stack - 1 padding frames, 1 final frame), so the memory holds
-    at least buffer_size transitions while games average 256 steps or more (random Breakout games are about
-    180 steps: about 99.3%). Footprint per slot: the frame (84 * 84 = 7056 bytes) + action (8) + reward (4) +
-    termination (4) + valid (1) = 7073 bytes; the default 1,000,000 transitions with one env:
-    1,015,629 slots = 7.18e9 bytes = 6.69 GiB. Storing the observation and next observation as stacks
-    (2 * 4 * 7056 bytes per transition) would take 52.6 GiB.
-    With touch=True every page is written at construction, so the memory is resident (and an out-of-memory
-    error happens) at start rather than hours into a run; np.zeros alone maps pages lazily.
-    """
-
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        num_envs: int,
-        device: torch.device,
-        seed: int,
-        touch: bool = True,
-    ):
-        self.stack = observation_space.shape[0]
-        per_env = -(-buffer_size // num_envs)
-        self.capacity = per_env + per_env // 64 + self.stack  # frame slots per env
-        self.num_envs = num_envs
-        self.device = device
-        self.rng = np.random.default_rng(seed)
-        self.frames = np.zeros((num_envs, self.capacity, *observation_space.shape[1:]), dtype=observation_space.dtype)
-        self.actions = np.zeros((num_envs, self.capacity, *action_space.shape), dtype=action_space.dtype)
-        self.rewards = np.zeros((num_envs, self.capacity), dtype=np.float32)
-        self.terminations = np.zeros((num_envs, self.capacity), dtype=np.float32)
-        self.valid = np.zeros((num_envs, self.capacity), dtype=bool)
-        self.newest = np.full(num_envs, -1, dtype=np.int64)  # slot of each env's newest frame
-        self.written = np.zeros(num_envs, dtype=np.int64)  # frames written so far per env
-        if touch:
-            for array in (self.frames, self.actions, self.rewards, self.terminations, self.valid):
-                array.fill(0)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.terminations, self.valid))
-
-    def __len__(self) -> int:
-        """The number of transitions that can be sampled."""
-        return int(self.valid.sum())
-
-    def _write_frame(self, env: int, frame: np.ndarray) -> int:
-        slot = (self.newest[env] + 1) % self.capacity
-        self.frames[env, slot] = frame
-        self.valid[env, slot] = False
-        self.valid[env, (slot + self.stack - 1) % self.capacity] = False
-        self.newest[env] = slot
-        self.written[env] += 1
-        return slot
-
-    def _stack_slots(self, slots: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        return (slots[:, None] + offsets[None, :]) % self.capacity
-
-    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminations: np.ndarray) -> None:
-        """Store one step of every env: obs and next_obs (num_envs, stack, H, W), the others (num_envs,)."""
-        stack_offsets = np.arange(-self.stack + 1, 1)
-        for env in range(self.num_envs):
-            newest = self.newest[env]
-            continues = self.written[env] >= self.stack and np.array_equal(
-                self.frames[env, self._stack_slots(np.array([newest]), stack_offsets)[0]], obs[env]
-            )
-            if not continues:
-                for frame in obs[env]:
-                    self._write_frame(env, frame)
-            if not np.array_equal(next_obs[env][:-1], obs[env][1:]):
-                raise ValueError("the next observation does not continue the observation's frame stack")
-            slot = self.newest[env]
-            self._write_frame(env, next_obs[env][-1])
-            self.actions[env, slot] = actions[env]
-            self.rewards[env, slot] = rewards[env]
-            self.terminations[env, slot] = terminations[env]
-            self.valid[env, slot] = True
-
-    def sample(self, batch_size: int) -> ReplayBufferSamples:
-        """`batch_size` transitions drawn uniformly with replacement among the valid slots, as tensors."""
-        if not self.valid.any():
-            raise ValueError("the replay memory holds no complete transition yet")
-        envs, slots = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        filled = np.minimum(self.written, self.capacity)
-        # rejection sampling: almost every written slot is valid, so a round or two suffices
-        while len(slots) < batch_size:
-            e = self.rng.integers(0, self.num_envs, size=2 * batch_size)
-            s = (self.rng.random(2 * batch_size) * filled[e]).astype(np.int64)
-            keep = self.valid[e, s]
-            envs, slots = np.concatenate([envs, e[keep]]), np.concatenate([slots, s[keep]])
-        return self.transitions(envs[:batch_size], slots[:batch_size])
-
-    def transitions(self, envs: np.ndarray, slots: np.ndarray) -> ReplayBufferSamples:
-        """The transitions stored in the given (env, slot) pairs, stacks rebuilt from the frame rings."""
-        window = self.frames[envs[:, None], self._stack_slots(slots, np.arange(-self.stack + 1, 2))]
-        # window: (batch, stack + 1, H, W); the observation is its first `stack` frames, the next its last
-
-        def to_tensor(a: np.ndarray) -> torch.Tensor:
-            return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
-
-        return ReplayBufferSamples(
-            to_tensor(window[:, :-1]),
-            to_tensor(self.actions[envs, slots]),
-            to_tensor(window[:, 1:]),
-            to_tensor(self.rewards[envs, slots]),
-            to_tensor(self.terminations[envs, slots]),
-        )
-
-
-def atari_true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The successor of every env's observation (AtariGameStatistics envs, same-step autoreset).
-
-    After a lost life the game goes on, so next_obs is the successor. When a game ended this step (marked by
-    info["_episode"]), next_obs is already the next game's first observation and the true last observation
-    is info["final_obs"] (a dense array on the ale-vector backend, an object array on gymnasium).
-    """
-    real_next_obs = next_obs.copy()
-    if "_episode" in infos:
-        game_over = np.asarray(infos["_episode"], dtype=bool)
-        real_next_obs[game_over] = np.stack(list(infos["final_obs"][game_over]))
-    return real_next_obs
-# [/shared:atari-replay-buffer]
-
-
-# [shared:value-based-helpers] source: cleanrl/dqn.py
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
     """Epsilon at step t: linear from start_e at t=0 to end_e at t=duration, then constant."""
     if duration <= 0:
@@ -941,46 +157,8 @@ def epsilon_greedy(greedy: np.ndarray, n_actions: int, epsilon: float, rng: np.r
     n_envs = len(greedy)
     explore = rng.random(n_envs) < epsilon
     return np.where(explore, rng.integers(0, n_actions, size=n_envs), greedy)
-# [/shared:value-based-helpers]
 
 
-# [shared:value-based-lifecycle] source: cleanrl/dqn.py
-def generator_state(rng: np.random.Generator) -> str:
-    """A numpy Generator's state as JSON text: its 128-bit integers fit no tensor, and text loads with weights_only."""
-    return json.dumps(rng.bit_generator.state)
-
-
-def set_generator_state(rng: np.random.Generator, state: str) -> None:
-    rng.bit_generator.state = json.loads(state)
-
-
-def buffer_state(rb) -> dict:
-    """The replay memory for --save-buffer: each of its numpy arrays as a tensor (the whole allocation, so the
-    checkpoint is as large as the memory) and its integer bookkeeping (write position, whether it wrapped,
-    per-env newest slot and frame counts). Its sampling Generator is saved on its own, with or without this."""
-    state = {}
-    for name, value in vars(rb).items():
-        if isinstance(value, np.ndarray):
-            state[name] = torch.from_numpy(value)
-        elif isinstance(value, (bool, int, np.integer, np.bool_)):
-            state[name] = bool(value) if isinstance(value, (bool, np.bool_)) else int(value)
-    return state
-
-
-def load_buffer_state(rb, state: dict) -> None:
-    """Fill a replay memory built with the same flags from buffer_state's dict."""
-    for name, value in state.items():
-        current = getattr(rb, name)
-        if isinstance(current, np.ndarray):
-            if tuple(value.shape) != current.shape:
-                fail(f"the checkpoint's replay memory {name} has shape {tuple(value.shape)}, not {current.shape}")
-            current[...] = value.numpy()
-        else:
-            setattr(rb, name, value)
-# [/shared:value-based-lifecycle]
-
-
-# [shared:categorical-projection] source: cleanrl/c51.py
 def categorical_projection(
     next_pmfs: torch.Tensor, rewards: torch.Tensor, terminations: torch.Tensor, gamma: float, atoms: torch.Tensor
 ) -> torch.Tensor:
@@ -1004,16 +182,17 @@ def categorical_projection(
     target.scatter_add_(1, lower.long(), m_lower)
     target.scatter_add_(1, upper.long(), m_upper)
     return target
-# [/shared:categorical-projection]
 
 
-def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.device, epsilon: float = 0.05) -> list[float]:
+def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.device,
+             epsilon: float = 0.05) -> list[float]:
     """Real game scores of args.eval_episodes whole games, epsilon-greedy with epsilon 0.05 (Mnih et al. 2015).
 
     A little randomness keeps a greedy policy from getting stuck (e.g. never pressing FIRE after a lost life
-    in Breakout), which would make a game last until the frame limit.
+    in Breakout), which would make a game last until the frame limit. With --eval-only, --env-backend,
+    --eval-max-frames, --seed and --capture-video come from the command line; videos go to videos/{name}-eval.
     """
-    envs = make_atari_envs(
+    envs = runtime.make_atari_envs(
         args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
     )
     rng = np.random.default_rng(args.seed + 10_000)
@@ -1022,70 +201,35 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
     while len(returns) < args.eval_episodes:
         with torch.no_grad():
             _, q_values = q_network(torch.as_tensor(obs, device=device))
-        obs, _, _, _, infos = envs.step(epsilon_greedy(q_values.argmax(dim=1).cpu().numpy(), q_values.shape[1], epsilon, rng))
+        actions = epsilon_greedy(q_values.argmax(dim=1).cpu().numpy(), q_values.shape[1], epsilon, rng)
+        obs, _, _, _, infos = envs.step(actions)
         if "episode" in infos:
             returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
     envs.close()
     return returns[: args.eval_episodes]
 
 
-def evaluate_saved(args: Args) -> list[float]:
-    """--eval-only: evaluate a saved Q-network (whole games, epsilon 0.05, as after training) without creating a
-    run directory.
-
-    A checkpoint (or a run directory holding one) brings its own env id; a bare .cleanrl_model, which holds
-    only the Q-network's state dict, is evaluated on --env-id. --env-backend, --eval-max-frames, --seed and
-    --capture-video come from the command line. Videos go to videos/{name}-eval.
-    """
-    path = saved_model_path(args.eval_only)
-    if path.endswith(".cleanrl_model"):
-        try:
-            state_dict = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-            fail(f"cannot read model {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    else:
-        checkpoint = load_checkpoint(path, os.path.basename(__file__))
-        state_dict, name = checkpoint["q_network"], checkpoint["run_name"]
-        args.env_id = checkpoint["args"]["env_id"]
-    if args.eval_episodes < 1:
-        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
-    if args.eval_max_frames is not None and args.eval_max_frames < 1:
-        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
-    if args.env_backend not in ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    atari_emulator_settings(args.env_id)
-    probe = make_atari_envs(args.env_id, 1, args.env_backend)
+def make_q_network(args: Args) -> QNetwork:
+    """An untrained Q-network for args.env_id (--eval-only loads the saved weights into it), on the support saved
+    with the model (the atoms are a buffer of the network), so it fits whatever --n-atoms the run had."""
+    check_atari_args(args)
+    # TODO(runtime): eval_only builds the network before it hands over the saved weights, and this network's
+    # size depends on the saved support, so the saved model (already read and checked by eval_only) is read again.
+    path = runtime.saved_model_path(args.eval_only)
+    state_dict = torch.load(path, map_location="cpu", weights_only=True)
+    state_dict = state_dict if path.endswith(".cleanrl_model") else state_dict["q_network"]
     if not isinstance(state_dict, dict) or "atoms" not in state_dict:
         fail(f"{path} does not hold a c51_atari.py model")
-    # the support comes with the model (the atoms are a buffer of the network)
-    q_network = QNetwork(int(probe.single_action_space.n), state_dict["atoms"])
+    probe = runtime.make_atari_envs(args.env_id, 1, args.env_backend)
+    n_actions = int(probe.single_action_space.n)
     probe.close()
-    try:
-        q_network.load_state_dict(state_dict)
-    except (RuntimeError, TypeError, AttributeError) as e:
-        fail(f"{path} does not hold a c51_atari.py model for {args.env_id}: {str(e).splitlines()[0]}")
-    seed_everything(args.seed, args.torch_deterministic)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if device.type == "cpu":
-        torch.set_num_threads(1)
-    return evaluate(q_network.to(device), args, name, device)
+    return QNetwork(n_actions, state_dict["atoms"])
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
+    args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        episodic_returns = evaluate_saved(args)
-        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} "
-              f"over {len(episodic_returns)} episodes of {args.env_id}")
-        raise SystemExit(0)
-    # Everything that can be wrong with the input is checked before the run directory exists.
-    # Run directories name ALE/ ids with a "-" (a "/" would nest them), so `--resume auto` looks for that name.
-    checkpoint = find_resume_checkpoint(args)
-    if checkpoint is not None:
-        args = resumed_args(Args, checkpoint)
-    check_lifecycle_args(args)
-    check_speed_args(args)
+        runtime.eval_only(args, "q_network", lambda: make_q_network(args), evaluate)
     check_off_policy_args(args)
     if args.n_atoms < 2 or not args.v_min < args.v_max:
         fail(f"the support needs --n-atoms >= 2 and --v-min < --v-max, got {args.n_atoms}, {args.v_min}, {args.v_max}")
@@ -1093,30 +237,13 @@ if __name__ == "__main__":
         fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
     if args.eval_episodes < 1:
         fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
-    if args.eval_max_frames is not None and args.eval_max_frames < 1:
-        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
-    atari_emulator_settings(args.env_id)
-    if args.env_backend not in ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    if checkpoint is None:
-        # ALE/ ids would make a nested run directory
-        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        writer = start_logging(args, run_name)
-    else:
-        # the same run: same directory, TensorBoard log continued after the checkpoint's step
-        run_name = checkpoint["run_name"]
-        writer = reopen_logging(args, run_name, purge_step=checkpoint["global_step"] + 1)
-        print(f"resuming {run_name} after iteration {checkpoint['iteration']} "
-              f"(global step {checkpoint['global_step']})")
-
-    seed_everything(args.seed, args.torch_deterministic)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if device.type == "cpu":
-        # one intra-op thread: measured faster for batch-32 CNN steps while the other core runs the emulator
-        torch.set_num_threads(1)
+    check_atari_args(args)
+    num_iterations = args.total_timesteps // args.num_envs
+    run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
+    device, writer = run.device, run.writer
 
     # env setup: sign-clipped rewards, a lost life terminates (nothing bootstraps across it), whole-game scores
-    envs = make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run_name)
+    envs = runtime.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
     n_actions = int(envs.single_action_space.n)
     atoms = torch.linspace(args.v_min, args.v_max, steps=args.n_atoms)
     q_network = QNetwork(n_actions, atoms).to(device)
@@ -1126,78 +253,31 @@ if __name__ == "__main__":
     )
     target_network = QNetwork(n_actions, atoms).to(device)
     target_network.load_state_dict(q_network.state_dict())
-    if args.save_model and env_state(envs)[0] is None:
-        print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
-              "a resumed run restarts its games")
 
     # storage: every frame once, allocated and touched now (see FrameReplayBuffer for the footprint)
-    rb = FrameReplayBuffer(
+    rb = runtime.FrameReplayBuffer(
         args.buffer_size, envs.single_observation_space, envs.single_action_space, args.num_envs, device, args.seed
     )
     print(f"replay memory: {rb.nbytes / 2**30:.2f} GiB for {args.buffer_size} transitions")
     action_rng = np.random.default_rng(args.seed)
-
-    num_iterations = args.total_timesteps // args.num_envs
     exploration_steps = int(args.exploration_fraction * args.total_timesteps)
-    if checkpoint is None:
-        # updates: gradient steps so far (what --checkpoint-frequency counts)
-        start_iteration, updates, target_updates, learning_starts = 1, 0, 0, args.learning_starts
-        obs, _ = envs.reset(seed=args.seed)
-        envs.action_space.seed(args.seed)
-    else:
-        # Checkpoints are taken between loop iterations (one env step of every env, and its learning).
-        q_network.load_state_dict(checkpoint["q_network"])
-        target_network.load_state_dict(checkpoint["target_network"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        start_iteration = checkpoint["iteration"] + 1
-        updates, target_updates = checkpoint["updates"], checkpoint["target_updates"]
-        set_generator_state(action_rng, checkpoint["action_rng"])
-        set_generator_state(rb.rng, checkpoint["buffer_rng"])
-        if checkpoint["replay_buffer"] is not None:
-            load_buffer_state(rb, checkpoint["replay_buffer"])
-            learning_starts = args.learning_starts
-        else:
-            # Without --save-buffer the memory starts empty: it refills for learning_starts steps before the
-            # next gradient step (epsilon still follows the schedule of the whole run), so resume is not exact.
-            learning_starts = checkpoint["global_step"] + args.learning_starts
-            print(f"note: the checkpoint has no replay memory (no --save-buffer); learning resumes after "
-                  f"global step {learning_starts}")
-        if checkpoint["envs"] is not None:
-            load_env_state(envs, checkpoint["envs"])
-            obs = checkpoint["next_obs"].numpy()
-        else:
-            # The games' state cannot be saved (ale-py keeps it in C++): games restart here, from reset seeds not
-            # used before. The replay memory writes the new games' first observations whole, as after any reset.
-            obs, _ = envs.reset(seed=args.seed + checkpoint["global_step"])
-            envs.action_space.seed(args.seed + checkpoint["global_step"])
-        # Last, so the generators continue exactly where the interrupted run left them.
-        set_rng_state(checkpoint["rng"])
-    global_step = (start_iteration - 1) * args.num_envs
 
-    model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
-    checkpoint_path = f"runs/{run_name}/checkpoint.pt"
-
-    def make_checkpoint(iteration: int, finished: bool) -> dict:
-        # Epsilon is a function of global_step, so the step is the schedule's whole state.
-        return checkpoint_common(args, run_name, iteration, global_step, finished, envs) | {
-            "q_network": q_network.state_dict(),
-            "target_network": target_network.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "updates": updates,
-            "target_updates": target_updates,
-            "action_rng": generator_state(action_rng),
-            "buffer_rng": generator_state(rb.rng),
-            "replay_buffer": buffer_state(rb) if args.save_buffer else None,
-            "next_obs": torch.as_tensor(obs),
-        }
-
-    def stop_if_non_finite(losses: dict) -> None:
-        problem = find_non_finite(losses, {"q_network": q_network, "target_network": target_network})
-        if problem is not None:
-            progress.close()
-            writer.close()
-            fail(f"non-finite {problem} at global step {global_step} (gradient update {updates}); "
-                 "stopped without saving, so the last good checkpoint is kept")
+    # Checkpoints are taken between loop iterations (one env step of every env, and its learning). Epsilon is a
+    # function of global_step, so the step is the schedule's whole state. The games' state cannot be saved
+    # (ale-py keeps it in C++): a resumed run restarts them, and the replay memory writes the new games' first
+    # observations whole, as after any reset.
+    state = {"q_network": q_network, "target_network": target_network, "optimizer": optimizer,
+             "action_rng": action_rng, "buffer_rng": rb.rng, "replay_buffer": rb if args.save_buffer else None}
+    obs, start_iteration, global_step = run.restore(envs, state, args.seed)
+    # updates: gradient steps so far (what --checkpoint-frequency counts)
+    updates, target_updates = run.resumed("updates", 0), run.resumed("target_updates", 0)
+    learning_starts = args.learning_starts
+    if checkpoint is not None and checkpoint["replay_buffer"] is None:
+        # Without --save-buffer the memory starts empty: it refills for learning_starts steps before the
+        # next gradient step (epsilon still follows the schedule of the whole run), so resume is not exact.
+        learning_starts = global_step + args.learning_starts
+        print(f"note: the checkpoint has no replay memory (no --save-buffer); learning resumes after "
+              f"global step {learning_starts}")
 
     def policy_step(obs: torch.Tensor) -> torch.Tensor:
         """The greedy action argmax_a Q(s, a) of every env (epsilon-greedy's coin flips are drawn outside, in numpy)."""
@@ -1229,12 +309,8 @@ if __name__ == "__main__":
 
     # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
     # (The target network's copy every target_network_frequency steps stays eager: it is rare and cheap.)
-    policy_step, update = speed_up(policy_step, args), speed_up(update, args)
+    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
 
-    stop = StopSignal()
-    progress = Progress(num_iterations * args.num_envs, not args.progress)
-    start_time, start_step, clock_restarted = time.time(), global_step, False
-    loss = None
     for iteration in range(start_iteration, num_iterations + 1):
         # act: global_step counts the environment steps taken so far, this one included
         global_step = iteration * args.num_envs
@@ -1244,17 +320,13 @@ if __name__ == "__main__":
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        if "episode" in infos:
-            # whole games, real (unclipped) score over all lives
-            for i in np.flatnonzero(infos["_episode"]):
-                writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-                writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
-                writer.add_scalar("charts/epsilon", epsilon, global_step)
-                progress.episode(infos["episode"]["r"][i])
+        # whole games, real (unclipped) score over all lives
+        for _ in run.log_episodes(infos, global_step):
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
 
         # store: the successor of a finished game is its final observation; only termination (game over or a
         # lost life) stops the bootstrap, so a game cut at the frame limit is stored with terminated = 0.
-        rb.add(obs, atari_true_next_obs(next_obs, infos), actions, rewards, terminations)
+        rb.add(obs, runtime.atari_true_next_obs(next_obs, infos), actions, rewards, terminations)
         obs = next_obs
 
         # learn
@@ -1266,53 +338,27 @@ if __name__ == "__main__":
                     data.observations, data.actions, data.next_observations, data.rewards, data.terminations
                 )
                 updates, updated = updates + 1, True
-                if not clock_restarted:
+                if run.clock is None:
                     # SPS leaves out everything up to and including this process's first gradient update: a
                     # warm-up that holds --compile's compilation (or CUDA graph recording) and, on a fresh run,
                     # the learning_starts steps without updates. Only steps after it count, so no SPS is logged here.
-                    start_time, start_step, clock_restarted = time.time(), global_step, True
+                    run.start_clock(global_step)
 
                 if global_step % 100 == 0:
                     # the losses come to the host here only, for logging and for the non-finite check
                     losses = {"losses/loss": loss.item(), "losses/q_values": q_mean.item()}
                     for key, value in losses.items():
                         writer.add_scalar(key, value, global_step)
-                    if global_step > start_step:
-                        sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
-                        writer.add_scalar("charts/SPS", sps, global_step)
-                        print(f"global_step={global_step}, SPS={sps}")
-                    stop_if_non_finite(losses)
+                    run.log_sps(global_step)
+                    run.check_finite(losses, global_step, f"gradient update {updates}")
 
             if global_step % args.target_network_frequency == 0:
                 update_target(target_network, q_network, args.tau)
                 target_updates += 1
                 writer.add_scalar("charts/target_updates", target_updates, global_step)
-        progress.update(global_step, int((global_step - start_step) / max(time.time() - start_time, 1e-9)))
+        # progress; a checkpoint every --checkpoint-frequency gradient updates or on SIGTERM
+        run.end_of_iteration(iteration, global_step, obs, update=updates if updated else None,
+                             updates=updates, target_updates=target_updates)
 
-        if iteration < num_iterations and args.save_model and (
-            stop.received or (updated and args.checkpoint_frequency > 0 and updates % args.checkpoint_frequency == 0)
-        ):
-            # checked before every save, so a checkpoint never holds NaN or inf
-            stop_if_non_finite({} if loss is None else {"losses/loss": loss.item()})
-            save_checkpoint(make_checkpoint(iteration, finished=False), checkpoint_path)
-        if iteration < num_iterations and stop.received:
-            progress.close()
-            saved = f"checkpoint saved to {checkpoint_path}" if args.save_model else "no --save-model, no checkpoint"
-            print(f"{stop.received}: stopped after global step {global_step}; {saved}")
-            envs.close()
-            writer.close()
-            raise SystemExit(0)
-    progress.close()
-
-    if args.save_model:
-        stop_if_non_finite({} if loss is None else {"losses/loss": loss.item()})
-        save_checkpoint(make_checkpoint(num_iterations, finished=True), checkpoint_path)
-        torch.save(q_network.state_dict(), model_path)
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(q_network, args, run_name, device)
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
-
-    envs.close()
-    writer.close()
+    run.finish(global_step, obs, model=q_network, evaluate=lambda: evaluate(q_network, args, run.name, device),
+               updates=updates, target_updates=target_updates)

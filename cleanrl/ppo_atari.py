@@ -8,7 +8,7 @@ https://iclr-blog-track.github.io/2022/03/25/ppo-implementation-details/.
 
 Environments come from ale-py's native C++ vector env (default, `--env-backend ale-vector`) or from
 gymnasium wrappers over `gym.make` (`--env-backend gymnasium`); both give the same preprocessing (see
-`make_atari_envs`). Learning uses sign-clipped rewards and ends an episode at every lost life, while
+`runtime.make_atari_envs`). Learning uses sign-clipped rewards and ends an episode at every lost life, while
 charts/episodic_return is the real game score of a whole game (all lives).
 
 Run:
@@ -19,79 +19,25 @@ Run:
     python cleanrl/ppo_atari.py --help
 """
 
-import glob
-import math
-import os
-import pickle
-import random
-import shutil
-import signal
-import sys
-import time
-from collections import deque
-from dataclasses import asdict, dataclass
-from typing import Callable, NoReturn, Optional
+from dataclasses import dataclass
+from typing import Optional
 
-import ale_py
-import cloudpickle
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-import tyro
-from ale_py.vector_env import AtariVectorEnv
-from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
 from torch.distributions.categorical import Categorical
-from torch.utils.tensorboard import SummaryWriter
+
+import runtime
+from runtime import ATARI_BACKENDS, RunArgs, fail
 
 
 @dataclass
-class Args:
-    # [shared:common-args] source: cleanrl/ppo.py
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, use CUDA when it is available"""
-    track: bool = False
-    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
-    wandb_project_name: str = "cleanRL"
-    """the W&B project name"""
-    wandb_entity: Optional[str] = None
-    """the W&B entity (team); None uses your default entity"""
-    capture_video: bool = False
-    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
-    save_model: bool = False
-    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
-    eval_episodes: int = 10
-    """number of episodes of the evaluation that follows --save-model"""
-    # [/shared:common-args]
-    # [shared:lifecycle-args] source: cleanrl/ppo.py
-    checkpoint_frequency: int = 0
-    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
-    resume: Optional[str] = None
-    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
-    eval_only: Optional[str] = None
-    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
-    progress: bool = True
-    """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
-    # [/shared:lifecycle-args]
-    # [shared:speed-args] source: cleanrl/ppo.py
-    compile: bool = False
-    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
-    cudagraphs: bool = False
-    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
-    # [/shared:speed-args]
+class Args(RunArgs):
     amp: bool = False
     """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
     eval_max_frames: Optional[int] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
-
-    # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
@@ -130,363 +76,6 @@ class Args:
     """if set, stop the update epochs early once the approximate KL exceeds it"""
 
 
-# [shared:run-setup] source: cleanrl/ppo.py
-def fail(message: str) -> NoReturn:
-    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
-    raise SystemExit(f"error: {message}")
-
-
-def make_probe_env(env_id: str) -> gym.Env:
-    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
-    try:
-        return gym.make(env_id)
-    except gym.error.Error as e:
-        fail(f"cannot make environment {env_id!r}: {e}")
-
-
-def seed_everything(seed: int, torch_deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = torch_deterministic
-
-
-def start_logging(args, run_name: str) -> SummaryWriter:
-    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-    return writer
-# [/shared:run-setup]
-
-
-# [shared:lifecycle] source: cleanrl/ppo.py
-# Saving, resuming, stopping and watching a run; docs/saving-resuming.md says what each piece guarantees.
-# A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
-# made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
-# script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
-# --compile and --amp change speed (and float rounding) only. --cudagraphs is not among them: a resumed
-# optimizer keeps the capturable setting it was saved with.
-ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
-                     "wandb_project_name", "wandb_entity", "compile", "amp")
-
-
-def checkpoint_path_of(path: str) -> str:
-    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.pt")
-    if not os.path.isfile(path):
-        fail(f"no checkpoint at {path}")
-    return path
-
-
-def load_checkpoint(path: str, script: str) -> dict:
-    """Read a checkpoint on the CPU and check that this script wrote it."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
-    if found != script:
-        fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
-    return checkpoint
-
-
-def find_resume_checkpoint(args) -> Optional[dict]:
-    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
-
-    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
-    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
-    if that run has finished, there is nothing to do and the process exits 0.
-    """
-    script = os.path.basename(__file__)
-    if args.resume is None:
-        return None
-    if args.resume == "auto":
-        # run names write "/" in env ids (ALE/Pong-v5) as "-"
-        run_prefix = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__"
-        found = glob.glob(os.path.join("runs", f"{run_prefix}*", "checkpoint.pt"))
-        if not found:
-            return None
-        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
-        checkpoint = load_checkpoint(newest, script)
-        if checkpoint["finished"]:
-            # a restart after the run ended (say, during the final evaluation) must not train it again
-            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
-            raise SystemExit(0)
-        return checkpoint
-    path = checkpoint_path_of(args.resume)
-    checkpoint = load_checkpoint(path, script)
-    if checkpoint["finished"]:
-        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
-    return checkpoint
-
-
-def resumed_args(args_cls, checkpoint: dict):
-    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
-
-    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
-    budget or learning rate would not continue the same run, so they fail in one line.
-    """
-    try:
-        saved = args_cls(**checkpoint["args"])
-    except TypeError as e:
-        fail(f"the checkpoint's flags do not fit this script's: {e}")
-    args = tyro.cli(args_cls, default=saved)
-    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
-    if changed:
-        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
-                                          for k in changed) + " when resuming")
-    return args
-
-
-def reopen_logging(args, run_name: str, purge_step: int) -> SummaryWriter:
-    """A resumed run logs on in its own TensorBoard directory. purge_step makes TensorBoard drop the events
-    the interrupted process logged at steps >= purge_step (after its last checkpoint), so curves do not overlap.
-    With --track the resumed process is a new W&B run of the same name."""
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    return SummaryWriter(f"runs/{run_name}", purge_step=purge_step)
-
-
-def rng_state() -> dict:
-    """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
-    np_state = np.random.get_state(legacy=False)
-    return {
-        "python": random.getstate(),
-        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
-        "numpy_pos": int(np_state["state"]["pos"]),
-        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state({
-        "bit_generator": "MT19937",
-        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
-        "has_gauss": state["numpy_gauss"][0],
-        "gauss": state["numpy_gauss"][1],
-    })
-    torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def vector_layers(envs: gym.vector.VectorEnv) -> list:
-    """The vector wrappers from the outside in, then the vector env itself."""
-    layers = [envs]
-    while isinstance(layers[-1], gym.vector.VectorWrapper):
-        layers.append(layers[-1].env)
-    return layers
-
-
-def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
-    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
-
-    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
-    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
-    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
-    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
-    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
-    """
-    layers = vector_layers(envs)
-    if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
-    for sub_env in layers[-1].envs:
-        if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
-            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
-    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
-    # the result loads with plain pickle.
-    try:
-        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
-        return cloudpickle.dumps(state), ""
-    except (pickle.PicklingError, AttributeError, TypeError) as e:
-        return None, f"pickling failed: {e}"
-
-
-def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
-    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
-    layers = vector_layers(envs)
-    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        for sub_env in layers[-1].envs:
-            sub_env.close()
-    for layer, saved in zip(layers, pickle.loads(state), strict=True):
-        vars(layer).update(saved)
-
-
-def checkpoint_common(args, run_name: str, iteration: int, global_step: int, finished: bool, envs) -> dict:
-    """The entries every script's checkpoint has; the script adds its networks, optimizers and statistics."""
-    return {
-        "script": os.path.basename(__file__),
-        "args": asdict(args),
-        "run_name": run_name,
-        "iteration": iteration,
-        "global_step": global_step,
-        "finished": finished,
-        "rng": rng_state(),
-        "envs": env_state(envs)[0],
-    }
-
-
-def save_checkpoint(checkpoint: dict, path: str) -> None:
-    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
-    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(checkpoint, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
-    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
-
-    Called once per update, never per step: all parameters are checked by one isfinite over their
-    concatenation with one host sync; only when that fails are they searched one by one for the name.
-    """
-    for name, value in losses.items():
-        if not math.isfinite(value):
-            return f"{name} ({value})"
-    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
-    if bool(torch.isfinite(torch.cat(params)).all()):
-        return None
-    for module_name, module in modules.items():
-        for name, p in module.named_parameters():
-            if not bool(torch.isfinite(p).all()):
-                return f"parameter {module_name}.{name}"
-    return "a parameter"
-
-
-class StopSignal:
-    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
-    training loop reads it at its next safe point (the end of an update), saves a checkpoint and exits 0.
-    A second signal stops at once with the default action."""
-
-    def __init__(self):
-        self.received: Optional[str] = None
-        signal.signal(signal.SIGINT, self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.received is not None:
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-            return
-        self.received = signal.Signals(signum).name
-
-
-class Progress:
-    """One self-rewriting line on stderr: steps, SPS and the mean of the last 20 episodic returns. Drawn only
-    on an interactive terminal and without --no-progress, at most 4 times a second, so it can be called every step."""
-
-    def __init__(self, total_steps: int, disabled: bool):
-        self.total_steps = total_steps
-        self.enabled = not disabled and sys.stderr.isatty()
-        self.returns = deque(maxlen=20)
-        self.last_draw = 0.0
-
-    def episode(self, episodic_return: float) -> None:
-        self.returns.append(float(episodic_return))
-
-    def update(self, global_step: int, sps: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last_draw < 0.25 and global_step < self.total_steps):
-            return
-        self.last_draw = now
-        recent = f"{np.mean(self.returns):.1f}" if self.returns else "-"
-        percent = 100 * global_step // self.total_steps
-        sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | return {recent}  ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.last_draw:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-def check_lifecycle_args(args) -> None:
-    if args.checkpoint_frequency < 0:
-        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
-    if args.checkpoint_frequency > 0 and not args.save_model:
-        fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
-
-
-def saved_model_path(path: str) -> str:
-    """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
-    if os.path.isdir(path):
-        candidates = [os.path.join(path, "checkpoint.pt")] + sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
-        path = next((c for c in candidates if os.path.isfile(c)), candidates[0])
-    if not os.path.isfile(path):
-        fail(f"no saved model at {path}")
-    return path
-# [/shared:lifecycle]
-
-
-# [shared:speed] source: cleanrl/ppo.py
-def check_speed_args(args) -> None:
-    on_cuda = args.cuda and torch.cuda.is_available()
-    if args.cudagraphs and not on_cuda:
-        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
-    if args.compile and not on_cuda:
-        compiler = os.environ.get("CXX", "g++")
-        if shutil.which(compiler) is None:
-            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
-
-
-def speed_up(fn: Callable, args) -> Callable:
-    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
-
-    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
-    starts its clock only after a warm-up.
-    """
-    if not (args.compile or args.cudagraphs):
-        return fn
-    if args.compile:
-        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
-        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
-        torch._inductor.config.fallback_random = True
-        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
-    else:
-        wrapped = torch.compile(fn, backend="cudagraphs")
-    if not args.cudagraphs:
-        return wrapped
-
-    def replay(*inputs):
-        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
-        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
-        torch.compiler.cudagraph_mark_step_begin()
-        out = wrapped(*inputs)
-        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
-
-    return replay
-# [/shared:speed]
-
-
 def derive_sizes(args: Args) -> tuple[int, int, int]:
     """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
@@ -496,240 +85,19 @@ def derive_sizes(args: Args) -> tuple[int, int, int]:
         fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        fail(
-            f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
-            f"does not divide into --num-minibatches {args.num_minibatches}"
-        )
+        fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
+             f"does not divide into --num-minibatches {args.num_minibatches}")
     num_iterations = args.total_timesteps // batch_size
     if num_iterations < 1:
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)")
     return batch_size, batch_size // args.num_minibatches, num_iterations
 
 
-# [shared:atari-env] source: cleanrl/ppo_atari.py
-# Atari environments with the preprocessing of Mnih et al. 2015 (as in OpenAI Baselines' atari_wrappers):
-# noop reset (up to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84
-# grayscale (cv2 INTER_AREA), a stack of the last 4 frames (zeros before the first), episodic life and
-# sign-clipped rewards for learning. Observations are uint8 (num_envs, 4, 84, 84); scale them in the network.
-gym.register_envs(ale_py)
-ATARI_BACKENDS = ("ale-vector", "gymnasium")
-
-
-def atari_emulator_settings(env_id: str) -> dict:
-    """The emulator settings an Atari id stands for, read from its gymnasium registration.
-
-    Accepted ids: `<Game>NoFrameskip-v4` (repeat_action_probability 0, the setting of the DQN and PPO
-    papers and of CleanRL's benchmarks) and `ALE/<Game>-v5` (sticky actions with p=0.25, Machado et al. 2018).
-    Both use the minimal action set and a limit of 108000 frames (30 minutes) per game. Frame skipping is done
-    by the preprocessing, so ids that skip frames themselves (`Breakout-v4`: random 2-5), v0 ids and RAM-observation
-    variants (`-ram`) are refused, as is anything that is not an ale-py game: one `error:` line, exit 1.
-    """
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error as e:
-        fail(f"cannot make environment {env_id!r}: {e}")
-    if spec.entry_point != "ale_py.env:AtariEnv":
-        fail(f"{env_id} is not an Atari game; use an id like BreakoutNoFrameskip-v4 or ALE/Breakout-v5")
-    kwargs = spec.kwargs
-    supported = env_id.endswith("NoFrameskip-v4") or (spec.namespace == "ALE" and spec.version == 5)
-    if not supported or kwargs.get("obs_type", "rgb") != "rgb":
-        fail(f"{env_id} is not supported; use a <Game>NoFrameskip-v4 or ALE/<Game>-v5 id (image observations)")
-    return dict(
-        game=kwargs["game"],
-        repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
-        full_action_space=bool(kwargs.get("full_action_space", False)),
-        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)),
-    )
-
-
-class FireOnReset(gym.Wrapper):
-    """Press FIRE for one emulator frame after each game reset, before the noops, like the native env's
-    use_fire_reset (games such as Breakout wait for FIRE to launch). Sits under the frame skip, so it costs
-    one frame, not four. It acts at game starts only: after a lost life the agent must press FIRE itself."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        meanings = env.unwrapped.get_action_meanings()
-        self.fire_action = meanings.index("FIRE") if "FIRE" in meanings else None
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        if self.fire_action is not None:
-            obs, _, terminated, truncated, info = self.env.step(self.fire_action)
-            if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
-        return obs, info
-
-
-def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, noop_max: int, max_frames: int):
-    """Thunk for the gymnasium backend: one whole game per episode (life loss is handled by AtariGameStatistics)."""
-
-    def thunk():
-        settings = atari_emulator_settings(env_id)
-        # frameskip=1: AtariPreprocessing skips frames itself (v5 ids skip 4 by default).
-        kwargs = dict(
-            frameskip=1,
-            repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=max_frames,
-        )
-        if capture_video and idx == 0:
-            # The video shows every emulator frame in colour, whole games (all lives).
-            env = gym.make(env_id, render_mode="rgb_array", **kwargs)
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id, **kwargs)
-        env = FireOnReset(env)
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True)
-        # padding_type="zero": the first observation of a game is [0, 0, 0, frame], as in the native env.
-        return gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-
-    return thunk
-
-
-class RecordFirstGameFrames(gym.vector.VectorWrapper):
-    """Video for the ale-vector backend, which renders nothing: the newest 84x84 grayscale frame that env 0's
-    agent observes, one mp4 per whole game on gymnasium's capped cubic schedule (games 0, 1, 8, 27, ..., 1000,
-    2000, ...), at 15 fps (60 Hz / 4-frame skip). Wrap the full-game env (before AtariGameStatistics)."""
-
-    def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
-        super().__init__(env)
-        self.video_folder, self.game_index, self.frames = video_folder, 0, []
-
-    def _add(self, stacked_obs: np.ndarray) -> None:
-        if capped_cubic_video_schedule(self.game_index):
-            self.frames.append(np.repeat(stacked_obs[-1][..., None], 3, axis=-1))
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self.frames = []
-        self._add(obs[0])
-        return obs, info
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        if terminated[0] or truncated[0]:
-            self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
-            if self.frames:
-                save_video(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
-            self.game_index, self.frames = self.game_index + 1, []
-        self._add(obs[0])
-        return obs, reward, terminated, truncated, info
-
-
-class AtariGameStatistics(gym.vector.VectorWrapper):
-    """The learning signal and the real score, over a vector env whose episodes are whole games.
-
-    step() returns:
-    - reward: sign(r) in {-1, 0, 1} if clip_rewards (Mnih et al. 2015), else the raw score change.
-    - terminated: game over, or (if terminal_on_life_loss) a life lost on this step. A lost life does not
-      reset the game: the next observation continues it, but nothing is bootstrapped across the lost life
-      (episodic life, Mnih et al. 2015). `info["life_lost"]` marks those steps.
-    - truncated: the game hit its frame limit. Same-step autoreset: at a game end the observation is already
-      the next game's first one and `info["final_obs"]` holds the last one.
-    - info["episode"] = {"r": raw score of the whole game over all lives, "l": its length in agent steps,
-      "t": seconds since the wrapper was made}, with the mask info["_episode"], on the steps where a game
-      ends (the keys of gymnasium's RecordEpisodeStatistics, but counting whole games and unclipped rewards).
-    """
-
-    def __init__(self, env: gym.vector.VectorEnv, terminal_on_life_loss: bool = True, clip_rewards: bool = True):
-        super().__init__(env)
-        self.terminal_on_life_loss, self.clip_rewards = terminal_on_life_loss, clip_rewards
-        self.start_time = time.perf_counter()
-        self.game_returns = np.zeros(self.num_envs, dtype=np.float64)
-        self.game_lengths = np.zeros(self.num_envs, dtype=np.int64)
-        self.lives = np.zeros(self.num_envs, dtype=np.int64)
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self.game_returns[:] = 0
-        self.game_lengths[:] = 0
-        self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
-        return obs, info
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        raw_reward = np.asarray(reward, dtype=np.float64)
-        self.game_returns += raw_reward
-        self.game_lengths += 1
-        game_over = np.logical_or(terminated, truncated)
-        # at a game end, info["lives"] already belongs to the next game, so only compare within a game
-        lives = np.asarray(info["lives"], dtype=np.int64)
-        life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
-        self.lives = lives.copy()
-        info["life_lost"] = life_lost
-        if game_over.any():
-            info["episode"] = {
-                "r": np.where(game_over, self.game_returns, 0.0),
-                "l": np.where(game_over, self.game_lengths, 0),
-                "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0),
-            }
-            info["_episode"] = game_over
-            self.game_returns[game_over] = 0
-            self.game_lengths[game_over] = 0
-        if self.terminal_on_life_loss:
-            terminated = np.logical_or(terminated, life_lost)
-        if self.clip_rewards:
-            reward = np.sign(raw_reward)
-        return obs, reward.astype(np.float32), terminated, truncated, info
-
-
-def make_atari_envs(
-    env_id: str,
-    num_envs: int,
-    backend: str = "ale-vector",
-    capture_video: bool = False,
-    run_name: str = "",
-    noop_max: int = 30,
-    terminal_on_life_loss: bool = True,
-    clip_rewards: bool = True,
-    max_frames: Optional[int] = None,
-) -> gym.vector.VectorEnv:
-    """Vector env of `num_envs` preprocessed Atari games with same-step autoreset; seed it with reset(seed=s)
-    (env i gets seed s + i). Observations uint8 (num_envs, 4, 84, 84); step() as in AtariGameStatistics.
-
-    backend "ale-vector": ale-py's C++ AtariVectorEnv (threaded, fastest). Its own reward clipping and episodic
-    life are off: its episodic_life resets the whole game at every lost life, so whole-game scores would be lost.
-    backend "gymnasium": FireOnReset, AtariPreprocessing and FrameStackObservation in a SyncVectorEnv (on
-    2 cores the process traffic of AsyncVectorEnv costs more than it saves).
-    The two agree frame for frame except the noop count at reset: native draws 0..noop_max-1 noops from its own
-    RNG (one fewer when it pressed FIRE), gymnasium 1..noop_max from the env's np_random.
-    capture_video records env 0 to videos/{run_name}: colour frames of whole games with the gymnasium backend,
-    the agent's 84x84 grayscale frames with ale-vector. max_frames overrides the id's frame limit per game.
-    """
-    if backend not in ATARI_BACKENDS:
-        fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    settings = atari_emulator_settings(env_id)
-    max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
-    if backend == "ale-vector":
-        envs = AtariVectorEnv(
-            settings["game"],
-            num_envs,
-            repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=max_frames,
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-            img_height=84,
-            img_width=84,
-            grayscale=True,
-            stack_num=4,
-            frameskip=4,
-            maxpool=True,
-            noop_max=noop_max,
-            use_fire_reset=True,
-            episodic_life=False,
-            life_loss_info=False,
-            reward_clipping=False,
-        )
-        if capture_video:
-            envs = RecordFirstGameFrames(envs, f"videos/{run_name}")
-    else:
-        envs = gym.vector.SyncVectorEnv(
-            [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        )
-    return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
-# [/shared:atari-env]
+def check_env(args: Args) -> None:
+    """Fail in one line, before any work starts, on an id that is not a supported Atari game or a bad backend."""
+    runtime.atari_emulator_settings(args.env_id)
+    if args.env_backend not in ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -738,7 +106,6 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
     return layer
 
 
-# [shared:atari-agent] source: cleanrl/ppo_atari.py
 class Agent(nn.Module):
     """Nature CNN (Mnih et al. 2015) shared by a policy head and a value head."""
 
@@ -775,10 +142,8 @@ class Agent(nn.Module):
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
-# [/shared:atari-agent]
 
 
-# [shared:gae] source: cleanrl/ppo.py
 def compute_gae(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -803,17 +168,15 @@ def compute_gae(
         lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
         advantages[t] = lastgaelam
     return advantages, advantages + values
-# [/shared:gae]
 
 
-# [shared:atari-ppo-evaluate] source: cleanrl/ppo_atari.py
 def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Real game scores of args.eval_episodes whole games on a fresh env, actions sampled from the policy.
 
     Sampling, not argmax: a greedy Atari policy can get stuck (e.g. never pressing FIRE after a lost life in
     Breakout), which makes a game last until the frame limit.
     """
-    envs = make_atari_envs(
+    envs = runtime.make_atari_envs(
         args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
     )
     obs, _ = envs.reset(seed=args.seed + 10_000)
@@ -826,87 +189,32 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
             returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
     envs.close()
     return returns[: args.eval_episodes]
-# [/shared:atari-ppo-evaluate]
 
 
-def evaluate_saved(args: Args) -> list[float]:
-    """--eval-only: evaluate a saved model without creating a run directory.
-
-    A checkpoint (or a run directory holding one) brings its own env id; a bare .cleanrl_model, which holds
-    only the network's state dict, is evaluated on --env-id. --env-backend, --eval-max-frames, --seed and
-    --capture-video come from the command line. Videos go to videos/{name}-eval.
-    """
-    path = saved_model_path(args.eval_only)
-    if path.endswith(".cleanrl_model"):
-        try:
-            state_dict = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-            fail(f"cannot read model {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    else:
-        checkpoint = load_checkpoint(path, os.path.basename(__file__))
-        state_dict, name = checkpoint["agent"], checkpoint["run_name"]
-        args.env_id = checkpoint["args"]["env_id"]
-    if args.eval_episodes < 1:
-        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
+def make_agent(args: Args) -> Agent:
+    """An untrained agent for args.env_id (--eval-only loads the saved weights into it). A checkpoint brings its
+    own env id, a bare .cleanrl_model is evaluated on --env-id; --env-backend, --eval-max-frames, --seed and
+    --capture-video come from the command line."""
     if args.eval_max_frames is not None and args.eval_max_frames < 1:
         fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
-    if args.env_backend not in ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    atari_emulator_settings(args.env_id)
-    probe = make_atari_envs(args.env_id, 1, args.env_backend)
+    check_env(args)
+    probe = runtime.make_atari_envs(args.env_id, 1, args.env_backend)
     agent = Agent(int(probe.single_action_space.n))
     probe.close()
-    try:
-        agent.load_state_dict(state_dict)
-    except (RuntimeError, TypeError, AttributeError) as e:
-        fail(f"{path} does not hold a {os.path.basename(__file__)} model for {args.env_id}: {str(e).splitlines()[0]}")
-    seed_everything(args.seed, args.torch_deterministic)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if device.type == "cpu":
-        torch.set_num_threads(1)
-    return evaluate(agent.to(device), args, name, device)
+    return agent
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
+    args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        episodic_returns = evaluate_saved(args)
-        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} "
-              f"over {len(episodic_returns)} episodes of {args.env_id}")
-        raise SystemExit(0)
-    # Everything that can be wrong with the input is checked before the run directory exists.
-    # Run directories name ALE/ ids with a "-" (a "/" would nest them), so `--resume auto` looks for that name.
-    checkpoint = find_resume_checkpoint(args)
-    if checkpoint is not None:
-        args = resumed_args(Args, checkpoint)
-    check_lifecycle_args(args)
-    check_speed_args(args)
+        runtime.eval_only(args, "agent", lambda: make_agent(args), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    atari_emulator_settings(args.env_id)
-    if args.env_backend not in ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    if checkpoint is None:
-        # ALE/ ids would make a nested run directory
-        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        writer = start_logging(args, run_name)
-    else:
-        # the same run: same directory, TensorBoard log continued after the checkpoint's step
-        run_name = checkpoint["run_name"]
-        writer = reopen_logging(args, run_name, purge_step=checkpoint["global_step"] + 1)
-        print(f"resuming {run_name} after iteration {checkpoint['iteration']} "
-              f"(global step {checkpoint['global_step']})")
-
-    seed_everything(args.seed, args.torch_deterministic)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if device.type == "cpu":
-        # One thread: measured on the shared 2-core machine (load ~15), the Nature CNN forward+backward on a
-        # 256-frame minibatch took 0.70-0.76 s with 1 thread vs 1.9-2.0 s with 2, and acting on 8 frames
-        # 10-11 ms vs 200-280 ms; the native env's C++ threads also need the second core.
-        torch.set_num_threads(1)
+    check_env(args)
+    run = runtime.start(args, checkpoint, num_iterations, batch_size)
+    device, writer = run.device, run.writer
 
     # env setup
-    envs = make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run_name)
+    envs = runtime.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
@@ -916,11 +224,6 @@ if __name__ == "__main__":
         agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
         capturable=device.type == "cuda",
     )
-    if args.save_model:
-        # Neither backend's state can be saved: ale-py's vector env is C++, and gymnasium's AtariEnv pickles
-        # by re-construction. env_state says which, and the checkpoint's "envs" is None.
-        print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
-              "a resumed run restarts its games")
 
     # storage: (num_steps, num_envs, ...); frames stay uint8 (4x less memory than float), the network scales them
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
@@ -933,36 +236,16 @@ if __name__ == "__main__":
     final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
     truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
 
-    if checkpoint is None:
-        start_iteration, global_step = 1, 0
-        next_obs, _ = envs.reset(seed=args.seed)
-        envs.action_space.seed(args.seed)
-    else:
-        # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
-        agent.load_state_dict(checkpoint["agent"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
-        # written before --compile existed); it must be a tensor on the device, filled in place below.
-        optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
-        start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
-        # The games in progress at the checkpoint are dropped (never logged): new games start here, from reset
-        # seeds not used before. Only the environment trajectories differ from an uninterrupted run.
-        next_obs, _ = envs.reset(seed=args.seed + global_step)
-        envs.action_space.seed(args.seed + global_step)
-        # Last, so the generators continue exactly where the interrupted run left them.
-        set_rng_state(checkpoint["rng"])
+    # A fresh run resets the envs. Neither backend's state can be saved (ale-py's vector env is C++, gymnasium's
+    # AtariEnv pickles by re-construction), so on resume the games in progress at the checkpoint are dropped (never
+    # logged) and new games start from reset seeds not used before: only the environment trajectories differ from
+    # an uninterrupted run. The learning-rate schedule is a function of the iteration, so the iteration is its
+    # whole state.
+    next_obs, start_iteration, global_step = run.restore(envs, {"agent": agent, "optimizer": optimizer}, args.seed)
+    # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
+    # written before --compile existed); it must be a tensor on the device, filled in place below.
+    optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
     next_obs = torch.as_tensor(next_obs, device=device)
-
-    model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
-    checkpoint_path = f"runs/{run_name}/checkpoint.pt"
-
-    def make_checkpoint(iteration: int, finished: bool) -> dict:
-        # The learning-rate schedule is a function of the iteration, so the iteration is its whole state.
-        # No next_obs: the games restart on resume.
-        return checkpoint_common(args, run_name, iteration, global_step, finished, envs) | {
-            "agent": agent.state_dict(),
-            "optimizer": optimizer.state_dict(),
-        }
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
@@ -974,7 +257,6 @@ if __name__ == "__main__":
         # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
             _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
-        # [shared:ppo-loss] source: cleanrl/ppo.py
         logratio = newlogprob - mb_logprobs
         ratio = logratio.exp()
 
@@ -1009,14 +291,10 @@ if __name__ == "__main__":
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
         optimizer.step()
         return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
-        # [/shared:ppo-loss]
 
     # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
-    policy_step, update = speed_up(policy_step, args), speed_up(update, args)
+    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
 
-    stop = StopSignal()
-    progress = Progress(num_iterations * batch_size, not args.progress)
-    start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
@@ -1049,12 +327,7 @@ if __name__ == "__main__":
                         torch.as_tensor(final_obs, device=device)
                     ).flatten()
 
-            if "episode" in infos:
-                # whole games, real (unclipped) score over all lives
-                for i in np.nonzero(infos["_episode"])[0]:
-                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
-                    progress.episode(infos["episode"]["r"][i])
+            run.log_episodes(infos, global_step)  # whole games, real (unclipped) score over all lives
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():
@@ -1110,43 +383,12 @@ if __name__ == "__main__":
         if iteration == start_iteration:
             # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
             # recording), which would otherwise dominate short runs; it logs no SPS.
-            start_time, start_step = time.time(), global_step
-        sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
-        if global_step > start_step:
-            writer.add_scalar("charts/SPS", sps, global_step)
-        progress.update(global_step, sps)
-        if not progress.enabled:
-            print(f"global_step={global_step}, SPS={sps}")
-
+            run.start_clock(global_step)
+        run.log_sps(global_step)
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
         # out: it is legitimately NaN when the returns have zero variance.)
-        problem = find_non_finite(losses, {"agent": agent})
-        if problem is not None:
-            progress.close()
-            writer.close()
-            fail(f"non-finite {problem} at global step {global_step} (iteration {iteration}); "
-                 "stopped without saving, so the last good checkpoint is kept")
-        if iteration < num_iterations and args.save_model and (
-            stop.received or (args.checkpoint_frequency > 0 and iteration % args.checkpoint_frequency == 0)
-        ):
-            save_checkpoint(make_checkpoint(iteration, finished=False), checkpoint_path)
-        if iteration < num_iterations and stop.received:
-            progress.close()
-            saved = f"checkpoint saved to {checkpoint_path}" if args.save_model else "no --save-model, no checkpoint"
-            print(f"{stop.received}: stopped after global step {global_step}; {saved}")
-            envs.close()
-            writer.close()
-            raise SystemExit(0)
-    progress.close()
+        run.check_finite(losses, global_step, f"iteration {iteration}")
+        # progress; a checkpoint every --checkpoint-frequency updates or on SIGINT/SIGTERM
+        run.end_of_iteration(iteration, global_step, next_obs)
 
-    if args.save_model:
-        save_checkpoint(make_checkpoint(num_iterations, finished=True), checkpoint_path)
-        torch.save(agent.state_dict(), model_path)
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(agent, args, run_name, device)
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
-
-    envs.close()
-    writer.close()
+    run.finish(global_step, next_obs, model=agent, evaluate=lambda: evaluate(agent, args, run.name, device))

@@ -19,84 +19,34 @@ Run:
     python cleanrl/ppo_atari_multigpu.py --help
 """
 
-import glob
+import atexit
+import contextlib
 import hashlib
-import math
+import io
 import os
-import pickle
-import random
-import shutil
-import signal
-import sys
-import time
-from collections import deque
-from dataclasses import asdict, dataclass
-from typing import Callable, Literal, NoReturn, Optional
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Literal, Optional
 
-import ale_py
-import cloudpickle
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
-import tyro
-from ale_py.vector_env import AtariVectorEnv
-from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
 from torch.distributions.categorical import Categorical
-from torch.utils.tensorboard import SummaryWriter
+
+import runtime
+from runtime import RunArgs, fail
 
 
 @dataclass
-class Args:
-    # [shared:common-args] source: cleanrl/ppo.py
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, use CUDA when it is available"""
-    track: bool = False
-    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
-    wandb_project_name: str = "cleanRL"
-    """the W&B project name"""
-    wandb_entity: Optional[str] = None
-    """the W&B entity (team); None uses your default entity"""
-    capture_video: bool = False
-    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
-    save_model: bool = False
-    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
-    eval_episodes: int = 10
-    """number of episodes of the evaluation that follows --save-model"""
-    # [/shared:common-args]
-    # [shared:lifecycle-args] source: cleanrl/ppo.py
-    checkpoint_frequency: int = 0
-    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
-    resume: Optional[str] = None
-    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
-    eval_only: Optional[str] = None
-    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
-    progress: bool = True
-    """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
-    # [/shared:lifecycle-args]
-    # [shared:speed-args] source: cleanrl/ppo.py
-    compile: bool = False
-    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
-    cudagraphs: bool = False
-    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
-    # [/shared:speed-args]
+class Args(RunArgs):
     amp: bool = False
     """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
     eval_max_frames: Optional[int] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
-
     backend: Optional[Literal["nccl", "gloo"]] = None
     """the torch.distributed backend; None picks nccl when the processes use CUDA and gloo on CPU"""
-
-    # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
@@ -135,384 +85,20 @@ class Args:
     """if set, stop the update epochs early once the approximate KL (averaged over ranks) exceeds it"""
 
 
-# [shared:run-setup] source: cleanrl/ppo.py
-def fail(message: str) -> NoReturn:
-    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
-    raise SystemExit(f"error: {message}")
-
-
-def make_probe_env(env_id: str) -> gym.Env:
-    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
-    try:
-        return gym.make(env_id)
-    except gym.error.Error as e:
-        fail(f"cannot make environment {env_id!r}: {e}")
-
-
-def seed_everything(seed: int, torch_deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = torch_deterministic
-
-
-def start_logging(args, run_name: str) -> SummaryWriter:
-    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-    return writer
-# [/shared:run-setup]
-
-
-# [shared:lifecycle] source: cleanrl/ppo.py
-# Saving, resuming, stopping and watching a run; docs/saving-resuming.md says what each piece guarantees.
-# A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
-# made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
-# script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
-# --compile and --amp change speed (and float rounding) only. --cudagraphs is not among them: a resumed
-# optimizer keeps the capturable setting it was saved with.
-ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
-                     "wandb_project_name", "wandb_entity", "compile", "amp")
-
-
-def checkpoint_path_of(path: str) -> str:
-    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.pt")
-    if not os.path.isfile(path):
-        fail(f"no checkpoint at {path}")
-    return path
-
-
-def load_checkpoint(path: str, script: str) -> dict:
-    """Read a checkpoint on the CPU and check that this script wrote it."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
-    if found != script:
-        fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
-    return checkpoint
-
-
-def find_resume_checkpoint(args) -> Optional[dict]:
-    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
-
-    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
-    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
-    if that run has finished, there is nothing to do and the process exits 0.
-    """
-    script = os.path.basename(__file__)
-    if args.resume is None:
-        return None
-    if args.resume == "auto":
-        # run names write "/" in env ids (ALE/Pong-v5) as "-"
-        run_prefix = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__"
-        found = glob.glob(os.path.join("runs", f"{run_prefix}*", "checkpoint.pt"))
-        if not found:
-            return None
-        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
-        checkpoint = load_checkpoint(newest, script)
-        if checkpoint["finished"]:
-            # a restart after the run ended (say, during the final evaluation) must not train it again
-            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
-            raise SystemExit(0)
-        return checkpoint
-    path = checkpoint_path_of(args.resume)
-    checkpoint = load_checkpoint(path, script)
-    if checkpoint["finished"]:
-        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
-    return checkpoint
-
-
-def resumed_args(args_cls, checkpoint: dict):
-    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
-
-    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
-    budget or learning rate would not continue the same run, so they fail in one line.
-    """
-    try:
-        saved = args_cls(**checkpoint["args"])
-    except TypeError as e:
-        fail(f"the checkpoint's flags do not fit this script's: {e}")
-    args = tyro.cli(args_cls, default=saved)
-    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
-    if changed:
-        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
-                                          for k in changed) + " when resuming")
-    return args
-
-
-def reopen_logging(args, run_name: str, purge_step: int) -> SummaryWriter:
-    """A resumed run logs on in its own TensorBoard directory. purge_step makes TensorBoard drop the events
-    the interrupted process logged at steps >= purge_step (after its last checkpoint), so curves do not overlap.
-    With --track the resumed process is a new W&B run of the same name."""
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    return SummaryWriter(f"runs/{run_name}", purge_step=purge_step)
-
-
-def rng_state() -> dict:
-    """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
-    np_state = np.random.get_state(legacy=False)
-    return {
-        "python": random.getstate(),
-        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
-        "numpy_pos": int(np_state["state"]["pos"]),
-        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state({
-        "bit_generator": "MT19937",
-        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
-        "has_gauss": state["numpy_gauss"][0],
-        "gauss": state["numpy_gauss"][1],
-    })
-    torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def vector_layers(envs: gym.vector.VectorEnv) -> list:
-    """The vector wrappers from the outside in, then the vector env itself."""
-    layers = [envs]
-    while isinstance(layers[-1], gym.vector.VectorWrapper):
-        layers.append(layers[-1].env)
-    return layers
-
-
-def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
-    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
-
-    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
-    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
-    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
-    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
-    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
-    """
-    layers = vector_layers(envs)
-    if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
-    for sub_env in layers[-1].envs:
-        if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
-            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
-    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
-    # the result loads with plain pickle.
-    try:
-        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
-        return cloudpickle.dumps(state), ""
-    except (pickle.PicklingError, AttributeError, TypeError) as e:
-        return None, f"pickling failed: {e}"
-
-
-def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
-    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
-    layers = vector_layers(envs)
-    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        for sub_env in layers[-1].envs:
-            sub_env.close()
-    for layer, saved in zip(layers, pickle.loads(state), strict=True):
-        vars(layer).update(saved)
-
-
-def checkpoint_common(args, run_name: str, iteration: int, global_step: int, finished: bool, envs) -> dict:
-    """The entries every script's checkpoint has; the script adds its networks, optimizers and statistics."""
-    return {
-        "script": os.path.basename(__file__),
-        "args": asdict(args),
-        "run_name": run_name,
-        "iteration": iteration,
-        "global_step": global_step,
-        "finished": finished,
-        "rng": rng_state(),
-        "envs": env_state(envs)[0],
-    }
-
-
-def save_checkpoint(checkpoint: dict, path: str) -> None:
-    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
-    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(checkpoint, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
-    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
-
-    Called once per update, never per step: all parameters are checked by one isfinite over their
-    concatenation with one host sync; only when that fails are they searched one by one for the name.
-    """
-    for name, value in losses.items():
-        if not math.isfinite(value):
-            return f"{name} ({value})"
-    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
-    if bool(torch.isfinite(torch.cat(params)).all()):
-        return None
-    for module_name, module in modules.items():
-        for name, p in module.named_parameters():
-            if not bool(torch.isfinite(p).all()):
-                return f"parameter {module_name}.{name}"
-    return "a parameter"
-
-
-class StopSignal:
-    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
-    training loop reads it at its next safe point (the end of an update), saves a checkpoint and exits 0.
-    A second signal stops at once with the default action."""
-
-    def __init__(self):
-        self.received: Optional[str] = None
-        signal.signal(signal.SIGINT, self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.received is not None:
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-            return
-        self.received = signal.Signals(signum).name
-
-
-class Progress:
-    """One self-rewriting line on stderr: steps, SPS and the mean of the last 20 episodic returns. Drawn only
-    on an interactive terminal and without --no-progress, at most 4 times a second, so it can be called every step."""
-
-    def __init__(self, total_steps: int, disabled: bool):
-        self.total_steps = total_steps
-        self.enabled = not disabled and sys.stderr.isatty()
-        self.returns = deque(maxlen=20)
-        self.last_draw = 0.0
-
-    def episode(self, episodic_return: float) -> None:
-        self.returns.append(float(episodic_return))
-
-    def update(self, global_step: int, sps: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last_draw < 0.25 and global_step < self.total_steps):
-            return
-        self.last_draw = now
-        recent = f"{np.mean(self.returns):.1f}" if self.returns else "-"
-        percent = 100 * global_step // self.total_steps
-        sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | return {recent}  ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.last_draw:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-def check_lifecycle_args(args) -> None:
-    if args.checkpoint_frequency < 0:
-        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
-    if args.checkpoint_frequency > 0 and not args.save_model:
-        fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
-
-
-def saved_model_path(path: str) -> str:
-    """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
-    if os.path.isdir(path):
-        candidates = [os.path.join(path, "checkpoint.pt")] + sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
-        path = next((c for c in candidates if os.path.isfile(c)), candidates[0])
-    if not os.path.isfile(path):
-        fail(f"no saved model at {path}")
-    return path
-# [/shared:lifecycle]
-
-
-# [shared:speed] source: cleanrl/ppo.py
-def check_speed_args(args) -> None:
-    on_cuda = args.cuda and torch.cuda.is_available()
-    if args.cudagraphs and not on_cuda:
-        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
-    if args.compile and not on_cuda:
-        compiler = os.environ.get("CXX", "g++")
-        if shutil.which(compiler) is None:
-            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
-
-
-def speed_up(fn: Callable, args) -> Callable:
-    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
-
-    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
-    starts its clock only after a warm-up.
-    """
-    if not (args.compile or args.cudagraphs):
-        return fn
-    if args.compile:
-        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
-        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
-        torch._inductor.config.fallback_random = True
-        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
-    else:
-        wrapped = torch.compile(fn, backend="cudagraphs")
-    if not args.cudagraphs:
-        return wrapped
-
-    def replay(*inputs):
-        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
-        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
-        torch.compiler.cudagraph_mark_step_begin()
-        out = wrapped(*inputs)
-        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
-
-    return replay
-# [/shared:speed]
-
-
 def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
-    """Per-rank sizes follow from the global flags; they are checked here, never set by hand.
-
-    Returns (envs_per_rank, local_batch_size, local_minibatch_size, num_iterations). The global batch is
-    num_envs * num_steps; each rank holds envs_per_rank * num_steps of it, and each global minibatch is
-    made of one local minibatch from every rank.
-    """
+    """Per-rank sizes follow from the global flags; they are checked here, never set by hand. Returns
+    (envs_per_rank, local_batch_size, local_minibatch_size, num_iterations). The global batch is num_envs * num_steps;
+    each rank holds envs_per_rank * num_steps of it, and each global minibatch is one local minibatch of every rank."""
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.eval_max_frames is not None and args.eval_max_frames < 1:
-        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
     if args.num_envs % world_size != 0:
         fail(f"--num-envs {args.num_envs} (all ranks together) does not divide evenly over {world_size} ranks")
     envs_per_rank = args.num_envs // world_size
     local_batch_size = envs_per_rank * args.num_steps
     if local_batch_size % args.num_minibatches != 0:
-        fail(
-            f"the batch of one rank (--num-envs {args.num_envs} / {world_size} ranks x --num-steps {args.num_steps}"
-            f" = {local_batch_size}) does not divide into --num-minibatches {args.num_minibatches}"
-        )
+        fail(f"the batch of one rank (--num-envs {args.num_envs} / {world_size} ranks x --num-steps {args.num_steps}"
+             f" = {local_batch_size}) does not divide into --num-minibatches {args.num_minibatches}")
     global_batch_size = args.num_envs * args.num_steps
     num_iterations = args.total_timesteps // global_batch_size
     if num_iterations < 1:
@@ -520,44 +106,79 @@ def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
     return envs_per_rank, local_batch_size, local_batch_size // args.num_minibatches, num_iterations
 
 
-def distributed_env() -> tuple[int, int, int, int]:
-    """(rank, local_rank, node_rank, world_size) from the variables torchrun sets; plain `python` is rank 0 of 1.
+def check_atari_args(args: Args) -> None:
+    """The evaluation's frame limit, the env id and the backend (training and --eval-only)."""
+    if args.eval_max_frames is not None and args.eval_max_frames < 1:
+        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    runtime.atari_emulator_settings(args.env_id)
+    if args.env_backend not in runtime.ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(runtime.ATARI_BACKENDS)}")
 
-    RANK is the global rank, unique over all machines; LOCAL_RANK only numbers the processes of one
-    machine (every machine has a LOCAL_RANK 0) and so picks the GPU, never the role. GROUP_RANK is the
-    machine's index (--node-rank), used only in the start-up line.
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """Nature CNN (Mnih et al. 2015) shared by a policy head and a value head."""
+
+    def __init__(self, n_actions: int):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),  # (batch, 64 * 7 * 7)
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(x / 255.0)  # uint8 frames in [0, 255] -> floats in [0, 1]
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.features(x))
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        hidden = self.features(x)
+        # No argument validation: it would stop a diverged run with a traceback inside the update, before
+        # the once-per-update non-finite check can name the step and the quantity (and it costs time).
+        # Logits and value in float32: under --amp's bf16 autocast the layers compute in bf16, while the
+        # distribution, log-probabilities and entropy (and so the PPO ratio and losses) stay float32 (bf16 keeps
+        # ~3 significant digits). Without autocast .float() returns the tensor itself.
+        probs = Categorical(logits=self.actor(hidden).float(), validate_args=False)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
+
+
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminations: torch.Tensor,
+                dones: torch.Tensor, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, Eq. 16) over a rollout with episode ends.
+
+    All inputs are (num_steps, num_envs). `next_values[t]` is V(s_{t+1}) of the true successor of s_t:
+    for a step that ended an episode by truncation it is the value of the final observation, so a
+    time-limit cut still bootstraps. `terminations[t]` = 1 drops that bootstrap (s_{t+1} is terminal).
+    `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
+    Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
     """
-    try:
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        node_rank = int(os.environ.get("GROUP_RANK", "0"))
-    except ValueError as e:
-        fail(f"bad torchrun environment variable: {e}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        fail(f"RANK={rank} and WORLD_SIZE={world_size} are inconsistent")
-    return rank, local_rank, node_rank, world_size
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
 
 
-def pick_device(args: Args, local_rank: int) -> torch.device:
-    """One GPU per process, chosen by LOCAL_RANK; CPU when CUDA is off or absent."""
-    if args.cuda and torch.cuda.is_available():
-        if local_rank >= torch.cuda.device_count():
-            fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
-        device = torch.device("cuda", local_rank)
-        # Without this, NCCL and every unqualified "cuda" tensor would land on GPU 0 in every process.
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
-
-
-def pick_backend(args: Args, device: torch.device) -> str:
-    backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
-    if backend == "nccl" and device.type != "cuda":
-        fail("--backend nccl needs CUDA; use --backend gloo (the default on CPU)")
-    return backend
-
-
+# ---- data parallelism: what makes N ranks compute the update of one process holding the whole batch ----
 def broadcast_parameters(module: nn.Module, world_size: int) -> None:
     """Copy rank 0's weights to every rank (one flat broadcast), so all replicas start identical."""
     if world_size == 1:
@@ -624,15 +245,21 @@ def stop_early(approx_kl: torch.Tensor, target_kl: Optional[float], world_size: 
     return bool(mean_over_ranks(approx_kl, world_size) > target_kl)
 
 
+def gather_per_rank(obj, world_size: int) -> list:
+    """[rank 0's obj, rank 1's obj, ...] on every rank."""
+    if world_size == 1:
+        return [obj]
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def gather_episodes(episodes: list[tuple[int, float, int]], world_size: int) -> list[tuple[int, float, int]]:
     """Every rank's finished episodes (global_step, return, length), collected on every rank, ordered by step.
 
     Called once per rollout rather than per step, so it costs one collective per iteration."""
-    if world_size == 1:
-        return list(episodes)
-    gathered: list = [None] * world_size
-    dist.all_gather_object(gathered, episodes)
-    return sorted((e for rank_episodes in gathered for e in rank_episodes), key=lambda e: e[0])
+    return sorted((e for rank_episodes in gather_per_rank(episodes, world_size) for e in rank_episodes),
+                  key=lambda e: e[0])
 
 
 def parameter_checksum(module: nn.Module) -> str:
@@ -643,357 +270,15 @@ def parameter_checksum(module: nn.Module) -> str:
     return h.hexdigest()
 
 
-
-def resume_on_every_rank(args: Args, rank: int, world_size: int) -> Optional[dict]:
-    """--resume for all ranks alike: rank 0 alone resolves it (`auto`: the newest run of this env/exp/seed) and
-    broadcasts the outcome, then every rank loads that same checkpoint from the shared runs/ directory.
-
-    All ranks also end alike: a bad --resume fails on rank 0 with its one-line error (exit 1 on every rank),
-    and a finished run (`auto` restarted after the end) exits 0 on every rank, so torchrun does not restart it.
-    Run directories name ALE/ ids with a "-" (a "/" would nest them), so `auto` looks for that name.
-    """
-    outcome: list = [None]
-    checkpoint = None
-    if rank == 0:
-        try:
-            checkpoint = find_resume_checkpoint(args)
-            if checkpoint is None:
-                outcome = [("fresh", None)]
-            elif args.resume == "auto":
-                outcome = [("load", os.path.join("runs", checkpoint["run_name"], "checkpoint.pt"))]
-            else:
-                outcome = [("load", checkpoint_path_of(args.resume))]
-        except SystemExit as e:
-            outcome = [("exit", e.code)]
-    if world_size > 1:
-        dist.broadcast_object_list(outcome, src=0)
-    kind, value = outcome[0]
-    if kind == "exit":
-        raise SystemExit(value if rank == 0 else (0 if value in (0, None) else 1))
-    if kind == "fresh":
-        return None
-    return checkpoint if rank == 0 else load_checkpoint(value, os.path.basename(__file__))
-
-
-def gather_per_rank(obj, world_size: int) -> list:
-    """[rank 0's obj, rank 1's obj, ...] on every rank (the RNG and env states that go into a checkpoint)."""
-    if world_size == 1:
-        return [obj]
-    gathered: list = [None] * world_size
-    dist.all_gather_object(gathered, obj)
-    return gathered
-
-
-# [shared:atari-env] source: cleanrl/ppo_atari.py
-# Atari environments with the preprocessing of Mnih et al. 2015 (as in OpenAI Baselines' atari_wrappers):
-# noop reset (up to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84
-# grayscale (cv2 INTER_AREA), a stack of the last 4 frames (zeros before the first), episodic life and
-# sign-clipped rewards for learning. Observations are uint8 (num_envs, 4, 84, 84); scale them in the network.
-gym.register_envs(ale_py)
-ATARI_BACKENDS = ("ale-vector", "gymnasium")
-
-
-def atari_emulator_settings(env_id: str) -> dict:
-    """The emulator settings an Atari id stands for, read from its gymnasium registration.
-
-    Accepted ids: `<Game>NoFrameskip-v4` (repeat_action_probability 0, the setting of the DQN and PPO
-    papers and of CleanRL's benchmarks) and `ALE/<Game>-v5` (sticky actions with p=0.25, Machado et al. 2018).
-    Both use the minimal action set and a limit of 108000 frames (30 minutes) per game. Frame skipping is done
-    by the preprocessing, so ids that skip frames themselves (`Breakout-v4`: random 2-5), v0 ids and RAM-observation
-    variants (`-ram`) are refused, as is anything that is not an ale-py game: one `error:` line, exit 1.
-    """
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error as e:
-        fail(f"cannot make environment {env_id!r}: {e}")
-    if spec.entry_point != "ale_py.env:AtariEnv":
-        fail(f"{env_id} is not an Atari game; use an id like BreakoutNoFrameskip-v4 or ALE/Breakout-v5")
-    kwargs = spec.kwargs
-    supported = env_id.endswith("NoFrameskip-v4") or (spec.namespace == "ALE" and spec.version == 5)
-    if not supported or kwargs.get("obs_type", "rgb") != "rgb":
-        fail(f"{env_id} is not supported; use a <Game>NoFrameskip-v4 or ALE/<Game>-v5 id (image observations)")
-    return dict(
-        game=kwargs["game"],
-        repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
-        full_action_space=bool(kwargs.get("full_action_space", False)),
-        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)),
-    )
-
-
-class FireOnReset(gym.Wrapper):
-    """Press FIRE for one emulator frame after each game reset, before the noops, like the native env's
-    use_fire_reset (games such as Breakout wait for FIRE to launch). Sits under the frame skip, so it costs
-    one frame, not four. It acts at game starts only: after a lost life the agent must press FIRE itself."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        meanings = env.unwrapped.get_action_meanings()
-        self.fire_action = meanings.index("FIRE") if "FIRE" in meanings else None
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        if self.fire_action is not None:
-            obs, _, terminated, truncated, info = self.env.step(self.fire_action)
-            if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
-        return obs, info
-
-
-def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, noop_max: int, max_frames: int):
-    """Thunk for the gymnasium backend: one whole game per episode (life loss is handled by AtariGameStatistics)."""
-
-    def thunk():
-        settings = atari_emulator_settings(env_id)
-        # frameskip=1: AtariPreprocessing skips frames itself (v5 ids skip 4 by default).
-        kwargs = dict(
-            frameskip=1,
-            repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=max_frames,
-        )
-        if capture_video and idx == 0:
-            # The video shows every emulator frame in colour, whole games (all lives).
-            env = gym.make(env_id, render_mode="rgb_array", **kwargs)
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id, **kwargs)
-        env = FireOnReset(env)
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True)
-        # padding_type="zero": the first observation of a game is [0, 0, 0, frame], as in the native env.
-        return gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-
-    return thunk
-
-
-class RecordFirstGameFrames(gym.vector.VectorWrapper):
-    """Video for the ale-vector backend, which renders nothing: the newest 84x84 grayscale frame that env 0's
-    agent observes, one mp4 per whole game on gymnasium's capped cubic schedule (games 0, 1, 8, 27, ..., 1000,
-    2000, ...), at 15 fps (60 Hz / 4-frame skip). Wrap the full-game env (before AtariGameStatistics)."""
-
-    def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
-        super().__init__(env)
-        self.video_folder, self.game_index, self.frames = video_folder, 0, []
-
-    def _add(self, stacked_obs: np.ndarray) -> None:
-        if capped_cubic_video_schedule(self.game_index):
-            self.frames.append(np.repeat(stacked_obs[-1][..., None], 3, axis=-1))
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self.frames = []
-        self._add(obs[0])
-        return obs, info
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        if terminated[0] or truncated[0]:
-            self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
-            if self.frames:
-                save_video(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
-            self.game_index, self.frames = self.game_index + 1, []
-        self._add(obs[0])
-        return obs, reward, terminated, truncated, info
-
-
-class AtariGameStatistics(gym.vector.VectorWrapper):
-    """The learning signal and the real score, over a vector env whose episodes are whole games.
-
-    step() returns:
-    - reward: sign(r) in {-1, 0, 1} if clip_rewards (Mnih et al. 2015), else the raw score change.
-    - terminated: game over, or (if terminal_on_life_loss) a life lost on this step. A lost life does not
-      reset the game: the next observation continues it, but nothing is bootstrapped across the lost life
-      (episodic life, Mnih et al. 2015). `info["life_lost"]` marks those steps.
-    - truncated: the game hit its frame limit. Same-step autoreset: at a game end the observation is already
-      the next game's first one and `info["final_obs"]` holds the last one.
-    - info["episode"] = {"r": raw score of the whole game over all lives, "l": its length in agent steps,
-      "t": seconds since the wrapper was made}, with the mask info["_episode"], on the steps where a game
-      ends (the keys of gymnasium's RecordEpisodeStatistics, but counting whole games and unclipped rewards).
-    """
-
-    def __init__(self, env: gym.vector.VectorEnv, terminal_on_life_loss: bool = True, clip_rewards: bool = True):
-        super().__init__(env)
-        self.terminal_on_life_loss, self.clip_rewards = terminal_on_life_loss, clip_rewards
-        self.start_time = time.perf_counter()
-        self.game_returns = np.zeros(self.num_envs, dtype=np.float64)
-        self.game_lengths = np.zeros(self.num_envs, dtype=np.int64)
-        self.lives = np.zeros(self.num_envs, dtype=np.int64)
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self.game_returns[:] = 0
-        self.game_lengths[:] = 0
-        self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
-        return obs, info
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        raw_reward = np.asarray(reward, dtype=np.float64)
-        self.game_returns += raw_reward
-        self.game_lengths += 1
-        game_over = np.logical_or(terminated, truncated)
-        # at a game end, info["lives"] already belongs to the next game, so only compare within a game
-        lives = np.asarray(info["lives"], dtype=np.int64)
-        life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
-        self.lives = lives.copy()
-        info["life_lost"] = life_lost
-        if game_over.any():
-            info["episode"] = {
-                "r": np.where(game_over, self.game_returns, 0.0),
-                "l": np.where(game_over, self.game_lengths, 0),
-                "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0),
-            }
-            info["_episode"] = game_over
-            self.game_returns[game_over] = 0
-            self.game_lengths[game_over] = 0
-        if self.terminal_on_life_loss:
-            terminated = np.logical_or(terminated, life_lost)
-        if self.clip_rewards:
-            reward = np.sign(raw_reward)
-        return obs, reward.astype(np.float32), terminated, truncated, info
-
-
-def make_atari_envs(
-    env_id: str,
-    num_envs: int,
-    backend: str = "ale-vector",
-    capture_video: bool = False,
-    run_name: str = "",
-    noop_max: int = 30,
-    terminal_on_life_loss: bool = True,
-    clip_rewards: bool = True,
-    max_frames: Optional[int] = None,
-) -> gym.vector.VectorEnv:
-    """Vector env of `num_envs` preprocessed Atari games with same-step autoreset; seed it with reset(seed=s)
-    (env i gets seed s + i). Observations uint8 (num_envs, 4, 84, 84); step() as in AtariGameStatistics.
-
-    backend "ale-vector": ale-py's C++ AtariVectorEnv (threaded, fastest). Its own reward clipping and episodic
-    life are off: its episodic_life resets the whole game at every lost life, so whole-game scores would be lost.
-    backend "gymnasium": FireOnReset, AtariPreprocessing and FrameStackObservation in a SyncVectorEnv (on
-    2 cores the process traffic of AsyncVectorEnv costs more than it saves).
-    The two agree frame for frame except the noop count at reset: native draws 0..noop_max-1 noops from its own
-    RNG (one fewer when it pressed FIRE), gymnasium 1..noop_max from the env's np_random.
-    capture_video records env 0 to videos/{run_name}: colour frames of whole games with the gymnasium backend,
-    the agent's 84x84 grayscale frames with ale-vector. max_frames overrides the id's frame limit per game.
-    """
-    if backend not in ATARI_BACKENDS:
-        fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    settings = atari_emulator_settings(env_id)
-    max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
-    if backend == "ale-vector":
-        envs = AtariVectorEnv(
-            settings["game"],
-            num_envs,
-            repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=max_frames,
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-            img_height=84,
-            img_width=84,
-            grayscale=True,
-            stack_num=4,
-            frameskip=4,
-            maxpool=True,
-            noop_max=noop_max,
-            use_fire_reset=True,
-            episodic_life=False,
-            life_loss_info=False,
-            reward_clipping=False,
-        )
-        if capture_video:
-            envs = RecordFirstGameFrames(envs, f"videos/{run_name}")
-    else:
-        envs = gym.vector.SyncVectorEnv(
-            [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        )
-    return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
-# [/shared:atari-env]
-
-
-def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-# [shared:atari-agent] source: cleanrl/ppo_atari.py
-class Agent(nn.Module):
-    """Nature CNN (Mnih et al. 2015) shared by a policy head and a value head."""
-
-    def __init__(self, n_actions: int):
-        super().__init__()
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-            nn.ReLU(),
-            nn.Flatten(),  # (batch, 64 * 7 * 7)
-            layer_init(nn.Linear(64 * 7 * 7, 512)),
-            nn.ReLU(),
-        )
-        self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
-        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.network(x / 255.0)  # uint8 frames in [0, 255] -> floats in [0, 1]
-
-    def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.features(x))
-
-    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        hidden = self.features(x)
-        # No argument validation: it would stop a diverged run with a traceback inside the update, before
-        # the once-per-update non-finite check can name the step and the quantity (and it costs time).
-        # Logits and value in float32: under --amp's bf16 autocast the layers compute in bf16, while the
-        # distribution, log-probabilities and entropy (and so the PPO ratio and losses) stay float32 (bf16 keeps
-        # ~3 significant digits). Without autocast .float() returns the tensor itself.
-        probs = Categorical(logits=self.actor(hidden).float(), validate_args=False)
-        if action is None:
-            action = probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
-# [/shared:atari-agent]
-
-
-# [shared:gae] source: cleanrl/ppo.py
-def compute_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    terminations: torch.Tensor,
-    dones: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalized advantage estimation (Schulman et al. 2016, Eq. 16) over a rollout with episode ends.
-
-    All inputs are (num_steps, num_envs). `next_values[t]` is V(s_{t+1}) of the true successor of s_t:
-    for a step that ended an episode by truncation it is the value of the final observation, so a
-    time-limit cut still bootstraps. `terminations[t]` = 1 drops that bootstrap (s_{t+1} is terminal).
-    `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
-    Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
-    """
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = torch.zeros_like(rewards[0])
-    for t in reversed(range(rewards.shape[0])):
-        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
-        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
-        advantages[t] = lastgaelam
-    return advantages, advantages + values
-# [/shared:gae]
-
-
-# [shared:atari-ppo-evaluate] source: cleanrl/ppo_atari.py
 def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Real game scores of args.eval_episodes whole games on a fresh env, actions sampled from the policy.
 
     Sampling, not argmax: a greedy Atari policy can get stuck (e.g. never pressing FIRE after a lost life in
-    Breakout), which makes a game last until the frame limit.
+    Breakout), which makes a game last until the frame limit. With --eval-only, --env-backend,
+    --eval-max-frames, --seed and --capture-video come from the command line; videos go to videos/{name}-eval.
     """
-    envs = make_atari_envs(
-        args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
-    )
+    envs = runtime.make_atari_envs(args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval",
+                                   max_frames=args.eval_max_frames)
     obs, _ = envs.reset(seed=args.seed + 10_000)
     returns = []
     while len(returns) < args.eval_episodes:
@@ -1004,437 +289,314 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
             returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
     envs.close()
     return returns[: args.eval_episodes]
-# [/shared:atari-ppo-evaluate]
 
 
-def evaluate_saved(args: Args) -> list[float]:
-    """--eval-only: evaluate a saved model without creating a run directory.
-
-    A checkpoint (or a run directory holding one) brings its own env id; a bare .cleanrl_model, which holds
-    only the network's state dict, is evaluated on --env-id. --env-backend, --eval-max-frames, --seed and
-    --capture-video come from the command line. Videos go to videos/{name}-eval.
-    """
-    path = saved_model_path(args.eval_only)
-    if path.endswith(".cleanrl_model"):
-        try:
-            state_dict = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-            fail(f"cannot read model {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    else:
-        checkpoint = load_checkpoint(path, os.path.basename(__file__))
-        state_dict, name = checkpoint["agent"], checkpoint["run_name"]
-        args.env_id = checkpoint["args"]["env_id"]
-    if args.eval_episodes < 1:
-        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
-    if args.eval_max_frames is not None and args.eval_max_frames < 1:
-        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
-    if args.env_backend not in ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    atari_emulator_settings(args.env_id)
-    probe = make_atari_envs(args.env_id, 1, args.env_backend)
-    agent = Agent(int(probe.single_action_space.n))
+def make_agent(args: Args) -> Agent:
+    """An untrained agent for args.env_id (--eval-only loads the saved weights into it)."""
+    check_atari_args(args)
+    probe = runtime.make_atari_envs(args.env_id, 1, args.env_backend)
+    n_actions = int(probe.single_action_space.n)
     probe.close()
+    return Agent(n_actions)
+
+
+# ---- torchrun set-up: what no variant changes ----
+# TODO(runtime): distributed_env, parse_args_on_every_rank, per_rank_states and the process-group set-up in the
+# main block are run machinery for any script launched by torchrun (runtime.start already takes rank=).
+def distributed_env() -> tuple[int, int, int, int]:
+    """(rank, local_rank, node_rank, world_size) from the variables torchrun sets; plain `python` is rank 0 of 1.
+
+    RANK is the global rank, unique over all machines; LOCAL_RANK only numbers the processes of one machine (every
+    machine has a LOCAL_RANK 0) and so picks the GPU, never the role. GROUP_RANK is the machine's index
+    (--node-rank), used only in the start-up line."""
     try:
-        agent.load_state_dict(state_dict)
-    except (RuntimeError, TypeError, AttributeError) as e:
-        fail(f"{path} does not hold a {os.path.basename(__file__)} model for {args.env_id}: {str(e).splitlines()[0]}")
-    seed_everything(args.seed, args.torch_deterministic)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if device.type == "cpu":
-        torch.set_num_threads(1)
-    return evaluate(agent.to(device), args, name, device)
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        node_rank = int(os.environ.get("GROUP_RANK", "0"))
+    except ValueError as e:
+        fail(f"bad torchrun environment variable: {e}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        fail(f"RANK={rank} and WORLD_SIZE={world_size} are inconsistent")
+    return rank, local_rank, node_rank, world_size
+
+
+def parse_args_on_every_rank(rank: int) -> tuple[Args, Optional[dict]]:
+    """runtime.parse_args on every rank before the process group forms: every rank reads the same flags and the same
+    checkpoint (runs/ is shared), so all ranks end alike; only rank 0 prints why (a bad --resume: exit 1 on every
+    rank; a finished run that `auto` found: exit 0 on every rank, so torchrun does not restart it)."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) if rank != 0 else contextlib.nullcontext():
+            return runtime.parse_args(Args)
+    except SystemExit as e:
+        raise SystemExit(e.code if rank == 0 else (0 if e.code in (0, None) else 1)) from None
+
+
+def per_rank_states(envs, world_size: int, save_model: bool) -> dict:
+    """Every rank's generators and env state (None for Atari), for rank 0's checkpoint (with --save-model): they
+    replace the run's own "rng" and "envs" entries with lists indexed by rank (each rank resumes its own streams)."""
+    if not save_model:
+        return {}
+    states = gather_per_rank((runtime.rng_state(), runtime.env_state(envs)[0]), world_size)
+    return {"rng": [rng for rng, _ in states], "envs": [env for _, env in states]}
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
+    rank, local_rank, node_rank, world_size = distributed_env()
+    args, checkpoint = parse_args_on_every_rank(rank)
     if args.eval_only is not None:
         # evaluation runs in this one process (no process group), even under torchrun
-        episodic_returns = evaluate_saved(args)
-        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} "
-              f"over {len(episodic_returns)} episodes of {args.env_id}")
-        raise SystemExit(0)
-    rank, local_rank, node_rank, world_size = distributed_env()
-    # Everything that can be wrong with the input is checked before the run directory exists. Every rank
-    # checks the same flags, so all ranks fail alike, before any of them waits for the others. A run resumed
-    # from a path takes its flags from the checkpoint, so they are checked once it is loaded (below).
-    check_lifecycle_args(args)
-    check_speed_args(args)
-    if args.resume is None or args.resume == "auto":
-        derive_sizes(args, world_size)
-        atari_emulator_settings(args.env_id)
-        if args.env_backend not in ATARI_BACKENDS:
-            fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-    device = pick_device(args, local_rank)
-    backend = pick_backend(args, device)
+        runtime.eval_only(args, "agent", lambda: make_agent(args), evaluate)
+    # Everything that can be wrong with the input is checked before the process group forms and before the run
+    # directory exists. Every rank checks the same flags, so all ranks fail alike, before any of them waits.
+    envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
+    check_atari_args(args)
+    if checkpoint is not None:
+        # the checkpoint holds every rank's generators and env states; this rank takes back its own
+        if len(checkpoint["rng"]) != world_size:
+            fail(f"the checkpoint was written by {len(checkpoint['rng'])} ranks; resume it with as many, "
+                 f"not {world_size}")
+        checkpoint = checkpoint | {"rng": checkpoint["rng"][rank], "envs": checkpoint["envs"][rank]}
+    if args.cuda and torch.cuda.is_available() and local_rank >= torch.cuda.device_count():
+        fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
+    # one GPU per process, chosen by LOCAL_RANK and made current (else NCCL would use GPU 0 in every process)
+    device = runtime.pick_device(args, local_rank)
+    backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
+    if backend == "nccl" and device.type != "cuda":
+        fail("--backend nccl needs CUDA; use --backend gloo (the default on CPU)")
     if world_size > 1:
-        # rendezvous at MASTER_ADDR:MASTER_PORT (set by torchrun); blocks until all WORLD_SIZE ranks joined.
-        # torchrun keeps one key-value store for all restarts of a job, where the ranks publish their addresses;
-        # without a prefix per restart, a restarted rank can read a dead rank's address from the failed attempt
-        # and fail to connect (seen here with gloo after --max-restarts restarted a killed rank).
+        # Rendezvous at MASTER_ADDR:MASTER_PORT (set by torchrun); blocks until all WORLD_SIZE ranks joined. torchrun
+        # keeps one key-value store for all restarts of a job, where the ranks publish their addresses; without a
+        # prefix per restart, a restarted rank can read a dead rank's address from the failed attempt and fail to
+        # connect (seen here with gloo after --max-restarts restarted a killed rank).
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size))
         store = dist.PrefixStore(f"restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
-        dist.init_process_group(
-            backend=backend, store=store, rank=rank, world_size=world_size,
-            device_id=device if device.type == "cuda" else None,
-        )
-    try:
-        checkpoint = resume_on_every_rank(args, rank, world_size)
-        if checkpoint is not None:
-            args = resumed_args(Args, checkpoint)
-            check_lifecycle_args(args)
-            check_speed_args(args)
-            if len(checkpoint["rng"]) != world_size:
-                fail(f"the checkpoint was written by {len(checkpoint['rng'])} ranks; resume it with as many, "
-                     f"not {world_size}")
-        envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
-        atari_emulator_settings(args.env_id)
-        if args.env_backend not in ATARI_BACKENDS:
-            fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
-        # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
-        writer = None
-        if checkpoint is None:
-            # ALE/ ids would make a nested run directory
-            run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-            if rank == 0:
-                writer = start_logging(args, run_name)
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size,
+                                device_id=device if device.type == "cuda" else None)
+        # at any exit, also on an error, this rank leaves the group cleanly; torchrun then stops the other ranks
+        atexit.register(dist.destroy_process_group)
+    # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
+    run = runtime.start(args, checkpoint, num_iterations, args.num_envs * args.num_steps, rank, local_rank)
+    device, writer = run.device, run.writer
+
+    # Distinct seeds per rank: rank r's python/numpy/torch streams (action sampling, minibatch order) start
+    # from seed + r, and its envs get seeds seed + r * envs_per_rank + i, so over all ranks the envs are
+    # seeded seed, ..., seed + num_envs - 1, as if one process stepped all num_envs of them.
+    runtime.seed_everything(args.seed + rank, args.torch_deterministic)
+    env_seed = args.seed + rank * envs_per_rank
+    print(f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
+          f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}", flush=True)
+
+    # env setup: this rank's share of the environments; only rank 0 records video
+    envs = runtime.make_atari_envs(args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0,
+                                   run.name)
+    obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
+    agent = Agent(int(envs.single_action_space.n)).to(device)
+    # Every rank drew its own random init (seeded differently); rank 0's becomes everyone's.
+    broadcast_parameters(agent, world_size)
+    # The learning rate is a tensor updated in place, so a compiled optimizer step reads the annealed value instead of
+    # recompiling for every new float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA graphs
+    # need, and keeps Adam's multi-tensor path, which torch turns off for a tensor learning rate otherwise.
+    optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
+                           capturable=device.type == "cuda")
+
+    # storage of this rank: (num_steps, envs_per_rank, ...); frames stay uint8 (4x less memory than float32)
+    obs = torch.zeros((args.num_steps, envs_per_rank) + obs_shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, envs_per_rank), device=device)
+    rewards = torch.zeros((args.num_steps, envs_per_rank), device=device)
+    terminations = torch.zeros((args.num_steps, envs_per_rank), device=device)
+    dones = torch.zeros((args.num_steps, envs_per_rank), device=device)
+    values = torch.zeros((args.num_steps, envs_per_rank), device=device)
+    final_values = torch.zeros((args.num_steps, envs_per_rank), device=device)
+    truncated = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.bool, device=device)
+
+    # A resumed run loads the same weights and optimizer state on every rank, so the replicas are identical again;
+    # the games in progress are dropped (no Atari env state can be saved). global_step counts the environment steps
+    # of ALL ranks (in lockstep). The learning-rate schedule is a function of the iteration, its whole state.
+    next_obs, start_iteration, global_step = run.restore(envs, {"agent": agent, "optimizer": optimizer}, env_seed)
+    # a restored optimizer holds its learning rate as a CPU tensor (or a float in old checkpoints); it must be a
+    # tensor on the device, filled in place below
+    optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
+    next_obs = torch.as_tensor(next_obs, device=device)
+    rank_games = 0  # games finished on this rank's envs, for the last line it prints
+
+    def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
+            action, logprob, _, value = agent.get_action_and_value(obs)
+        return action, logprob, value
+
+    def grad_step(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
+        """Forward, losses and backward on this rank's local minibatch, whose advantages are already normalized
+        with the global minibatch's statistics; leaves this rank's gradients in .grad and returns the losses and
+        diagnostics, detached. No collective in here (see where it is wrapped below)."""
+        # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
+        logratio = newlogprob - mb_logprobs
+        ratio = logratio.exp()
+
+        with torch.no_grad():
+            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+            old_approx_kl = (-logratio).mean()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+        # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        newvalue = newvalue.view(-1)
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb_returns) ** 2
+            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - mb_returns) ** 2
+            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
         else:
-            # the same run: same directory, TensorBoard log continued after the checkpoint's step
-            run_name = checkpoint["run_name"]
+            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+
+        optimizer.zero_grad()
+        loss.backward()
+        return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
+
+    def optimizer_step() -> torch.Tensor:
+        """Clip the rank-averaged gradients and step Adam; returns the gradient norm before clipping."""
+        grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        return grad_norm
+
+    # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written. The
+    # collectives (advantage normalization, gradient all-reduce) stay outside them, eager, between grad_step and
+    # optimizer_step: compiled code then never has to trace or capture a collective, and every rank issues the same
+    # all-reduces in the same order as in the plain path.
+    policy_step, grad_step = runtime.speed_up(policy_step, args), runtime.speed_up(grad_step, args)
+    optimizer_step = runtime.speed_up(optimizer_step, args)
+
+    for iteration in range(start_iteration, num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / num_iterations
+            optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
+
+        # rollout
+        episodes = []
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            action, logprob, value = policy_step(next_obs)
+            values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+
+            # rewards are sign-clipped and a lost life terminates (see runtime.AtariGameStatistics); the game goes on
+            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, device=device)
+            terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
+            dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
+            next_obs = torch.as_tensor(next_obs_np, device=device)
+            # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps
+            # from the value of the true final observation, which same-step autoreset keeps in
+            # info["final_obs"]. A step that both lost a life and hit the limit counts as terminated.
+            only_trunc = np.logical_and(trunc, np.logical_not(term))
+            truncated[step] = torch.as_tensor(only_trunc, device=device)
+            if only_trunc.any():
+                final_obs = np.stack(infos["final_obs"][only_trunc])
+                with torch.no_grad():
+                    final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
+                        torch.as_tensor(final_obs, device=device)
+                    ).flatten()
+
+            if "episode" in infos:
+                # whole games, real (unclipped) score over all lives
+                for i in np.nonzero(infos["_episode"])[0]:
+                    episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+
+        # the games of all ranks, logged by rank 0 (one collective per rollout, not per step)
+        rank_games += len(episodes)
+        for episode_step, episodic_return, episodic_length in gather_episodes(episodes, world_size):
             if rank == 0:
-                writer = reopen_logging(args, run_name, purge_step=checkpoint["global_step"] + 1)
-                print(f"resuming {run_name} after iteration {checkpoint['iteration']} "
-                      f"(global step {checkpoint['global_step']})")
+                run.log_episode(episodic_return, episodic_length, episode_step)
 
-        # Distinct seeds per rank: rank r's python/numpy/torch streams (action sampling, minibatch order) start
-        # from seed + r, and its envs get seeds seed + r * envs_per_rank + i, so over all ranks the envs are
-        # seeded seed, ..., seed + num_envs - 1, as if one process stepped all num_envs of them.
-        seed_everything(args.seed + rank, args.torch_deterministic)
-        env_seed = args.seed + rank * envs_per_rank
-        if device.type == "cpu":
-            # One thread: measured on the shared 2-core machine (load ~15), the Nature CNN forward+backward on a
-            # 256-frame minibatch took 0.70-0.76 s with 1 thread vs 1.9-2.0 s with 2, and acting on 8 frames
-            # 10-11 ms vs 200-280 ms; the native env's C++ threads also need the second core.
-            torch.set_num_threads(1)
+        # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            next_values = torch.cat([values[1:], next_value], dim=0)
+            next_values = torch.where(truncated, final_values, next_values)
+            advantages, returns = compute_gae(rewards, values, next_values, terminations, dones, args.gamma,
+                                              args.gae_lambda)
 
-        print(
-            f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
-            f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}",
-            flush=True,
-        )
+        # flatten this rank's share of the batch: (num_steps * envs_per_rank, ...)
+        b_obs = obs.reshape((-1,) + obs_shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape(-1)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
 
-        # env setup: this rank's share of the environments; only rank 0 records video
-        envs = make_atari_envs(args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0, run_name)
-        obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
-        agent = Agent(int(envs.single_action_space.n)).to(device)
-        # Every rank drew its own random init (seeded differently); rank 0's becomes everyone's.
-        broadcast_parameters(agent, world_size)
-        # The learning rate is a tensor updated in place, so a compiled optimizer step reads the annealed value
-        # instead of recompiling for every new float. capturable (on CUDA) keeps Adam's step count on the device,
-        # which CUDA graphs need, and keeps Adam's multi-tensor path, which torch turns off for a tensor learning
-        # rate otherwise.
-        optimizer = optim.Adam(
-            agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
-            capturable=device.type == "cuda",
-        )
-        if args.save_model and rank == 0:
-            # Neither backend's state can be saved: ale-py's vector env is C++, and gymnasium's AtariEnv pickles
-            # by re-construction. env_state says which, and the checkpoint's "envs" holds None for every rank.
-            print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
-                  "a resumed run restarts its games")
+        # optimize the policy and value network: each rank cuts its own share into local minibatches in its own
+        # shuffled order; the ranks' k-th local minibatches together make the k-th global minibatch
+        b_inds = np.arange(local_batch_size)
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, local_batch_size, local_minibatch_size):
+                mb_inds = b_inds[start : start + local_minibatch_size]
 
-        # storage of this rank: (num_steps, envs_per_rank, ...)
-        # frames stay uint8 (4x less memory than float), the network scales them
-        obs = torch.zeros((args.num_steps, envs_per_rank) + obs_shape, dtype=torch.uint8, device=device)
-        actions = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.long, device=device)
-        logprobs = torch.zeros((args.num_steps, envs_per_rank), device=device)
-        rewards = torch.zeros((args.num_steps, envs_per_rank), device=device)
-        terminations = torch.zeros((args.num_steps, envs_per_rank), device=device)
-        dones = torch.zeros((args.num_steps, envs_per_rank), device=device)
-        values = torch.zeros((args.num_steps, envs_per_rank), device=device)
-        final_values = torch.zeros((args.num_steps, envs_per_rank), device=device)
-        truncated = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.bool, device=device)
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = normalize_advantages(mb_advantages, world_size)  # global minibatch statistics
+                pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = grad_step(
+                    b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], mb_advantages, b_returns[mb_inds],
+                    b_values[mb_inds])
+                clipfracs.append(clipfrac)
+                # Average the gradients over ranks with one flat all-reduce: every rank then clips and steps with
+                # the gradient of the whole global minibatch, so the replicas stay identical (see all_reduce_gradients).
+                all_reduce_gradients(list(agent.parameters()), world_size)
+                optimizer_step()
 
-        rank_games = 0  # games finished on this rank's envs, for the last line it prints
-        if checkpoint is None:
-            # global_step counts the environment steps of ALL ranks, which step in lockstep
-            start_iteration, global_step = 1, 0
-            next_obs, _ = envs.reset(seed=env_seed)
-            envs.action_space.seed(env_seed)
-        else:
-            # Every rank loads the same weights and optimizer state, so the replicas are identical again.
-            # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
-            agent.load_state_dict(checkpoint["agent"])
-            optimizer.load_state_dict(checkpoint["optimizer"])
-            # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
-            # written before --compile existed); it must be a tensor on the device, filled in place below.
-            optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
-            start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
-            # The games in progress at the checkpoint are dropped (never logged): new games start here, from
-            # reset seeds not used before. Only the environment trajectories differ from an uninterrupted run.
-            next_obs, _ = envs.reset(seed=env_seed + global_step)
-            envs.action_space.seed(env_seed + global_step)
-            # Last, so this rank's generators continue exactly where the interrupted run left them.
-            set_rng_state(checkpoint["rng"][rank])
-        next_obs = torch.as_tensor(next_obs, device=device)
+            if stop_early(approx_kl, args.target_kl, world_size):  # the same decision on every rank
+                break
 
-        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
-        checkpoint_path = f"runs/{run_name}/checkpoint.pt"
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        def save_checkpoint_from_rank_0(iteration: int, finished: bool) -> None:
-            """Called on every rank (the RNG states of all ranks are gathered); rank 0 alone writes the file.
-            The learning-rate schedule is a function of the iteration, so the iteration is its whole state."""
-            rngs = gather_per_rank(rng_state(), world_size)
-            env_states = gather_per_rank(env_state(envs)[0], world_size)
-            if rank == 0:
-                common = checkpoint_common(args, run_name, iteration, global_step, finished, envs)
-                save_checkpoint(common | {
-                    "rng": rngs,
-                    "envs": env_states,
-                    "agent": agent.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                }, checkpoint_path)
-
-        def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
-                action, logprob, _, value = agent.get_action_and_value(obs)
-            return action, logprob, value
-
-        def grad_step(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
-            """Forward, losses and backward on this rank's local minibatch, whose advantages are already normalized
-            with the global minibatch's statistics; leaves this rank's gradients in .grad and returns the losses and
-            diagnostics, detached. No collective in here (see where it is wrapped below)."""
-            # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
-            logratio = newlogprob - mb_logprobs
-            ratio = logratio.exp()
-
-            with torch.no_grad():
-                # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-                old_approx_kl = (-logratio).mean()
-                approx_kl = ((ratio - 1) - logratio).mean()
-                clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-
-            # clipped surrogate objective, Eq. (7), Schulman et al. 2017
-            pg_loss1 = -mb_advantages * ratio
-            pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-            pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-            newvalue = newvalue.view(-1)
-            if args.clip_vloss:
-                v_loss_unclipped = (newvalue - mb_returns) ** 2
-                v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                v_loss_clipped = (v_clipped - mb_returns) ** 2
-                v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-            else:
-                v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
-
-            entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
-
-            optimizer.zero_grad()
-            loss.backward()
-            return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
-
-        def optimizer_step() -> torch.Tensor:
-            """Clip the rank-averaged gradients and step Adam; returns the gradient norm before clipping."""
-            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-            optimizer.step()
-            return grad_norm
-
-        # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written.
-        # The collectives (advantage normalization, gradient all-reduce) stay outside them, eager, between
-        # grad_step and optimizer_step: compiled code then never has to trace or capture a collective, and every
-        # rank issues the same all-reduces in the same order as in the plain path.
-        policy_step, grad_step = speed_up(policy_step, args), speed_up(grad_step, args)
-        optimizer_step = speed_up(optimizer_step, args)
-
-        stop = StopSignal()
-        progress = Progress(num_iterations * args.num_envs * args.num_steps, not args.progress or rank != 0)
-        start_time, start_step = time.time(), global_step
-        for iteration in range(start_iteration, num_iterations + 1):
-            if args.anneal_lr:
-                frac = 1.0 - (iteration - 1.0) / num_iterations
-                optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
-
-            # rollout
-            episodes = []
-            for step in range(args.num_steps):
-                global_step += args.num_envs
-                obs[step] = next_obs
-                action, logprob, value = policy_step(next_obs)
-                values[step] = value.flatten()
-                actions[step] = action
-                logprobs[step] = logprob
-
-                # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
-                next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-                rewards[step] = torch.as_tensor(reward, device=device)
-                terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
-                dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
-                next_obs = torch.as_tensor(next_obs_np, device=device)
-                # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps
-                # from the value of the true final observation, which same-step autoreset keeps in
-                # info["final_obs"]. A step that both lost a life and hit the limit counts as terminated.
-                only_trunc = np.logical_and(trunc, np.logical_not(term))
-                truncated[step] = torch.as_tensor(only_trunc, device=device)
-                if only_trunc.any():
-                    final_obs = np.stack(infos["final_obs"][only_trunc])
-                    with torch.no_grad():
-                        final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
-                            torch.as_tensor(final_obs, device=device)
-                        ).flatten()
-
-                if "episode" in infos:
-                    # whole games, real (unclipped) score over all lives
-                    for i in np.nonzero(infos["_episode"])[0]:
-                        episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
-                        progress.episode(infos["episode"]["r"][i])
-
-            # the games of all ranks, logged by rank 0 (one collective per rollout, not per step)
-            rank_games += len(episodes)
-            episodes = gather_episodes(episodes, world_size)
-            if rank == 0:
-                for episode_step, episodic_return, episodic_length in episodes:
-                    writer.add_scalar("charts/episodic_return", episodic_return, episode_step)
-                    writer.add_scalar("charts/episodic_length", episodic_length, episode_step)
-
-            # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
-            with torch.no_grad():
-                next_value = agent.get_value(next_obs).reshape(1, -1)
-                next_values = torch.cat([values[1:], next_value], dim=0)
-                next_values = torch.where(truncated, final_values, next_values)
-                advantages, returns = compute_gae(
-                    rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda
-                )
-
-            # flatten this rank's share of the batch: (num_steps * envs_per_rank, ...)
-            b_obs = obs.reshape((-1,) + obs_shape)
-            b_logprobs = logprobs.reshape(-1)
-            b_actions = actions.reshape(-1)
-            b_advantages = advantages.reshape(-1)
-            b_returns = returns.reshape(-1)
-            b_values = values.reshape(-1)
-
-            # optimize the policy and value network: each rank cuts its own share into local minibatches in its own
-            # shuffled order; the ranks' k-th local minibatches together make the k-th global minibatch
-            b_inds = np.arange(local_batch_size)
-            clipfracs = []
-            for epoch in range(args.update_epochs):
-                np.random.shuffle(b_inds)
-                for start in range(0, local_batch_size, local_minibatch_size):
-                    mb_inds = b_inds[start : start + local_minibatch_size]
-
-                    mb_advantages = b_advantages[mb_inds]
-                    if args.norm_adv:
-                        mb_advantages = normalize_advantages(mb_advantages, world_size)  # global minibatch statistics
-                    pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = grad_step(
-                        b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], mb_advantages,
-                        b_returns[mb_inds], b_values[mb_inds],
-                    )
-                    clipfracs.append(clipfrac)
-                    # Average the gradients over ranks with one flat all-reduce: every rank then clips and steps
-                    # with the gradient of the whole global minibatch, so the replicas stay identical (see
-                    # all_reduce_gradients).
-                    all_reduce_gradients(list(agent.parameters()), world_size)
-                    optimizer_step()
-
-                if stop_early(approx_kl, args.target_kl, world_size):  # the same decision on every rank
-                    break
-
-            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-            var_y = np.var(y_true)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-            # the last minibatch's statistics, averaged over ranks in one all-reduce, with this rank's stop flag:
-            # its mean is > 0 when any rank got SIGINT/SIGTERM, so all ranks stop after the same update and none
-            # is left waiting in a collective
-            logged = torch.stack(
-                [
-                    v_loss,
-                    pg_loss,
-                    entropy_loss,
-                    old_approx_kl,
-                    approx_kl,
-                    torch.stack(clipfracs).mean(),
-                    torch.tensor(explained_var, dtype=torch.float32, device=device),
-                    torch.tensor(float(stop.received is not None), device=device),
-                ]
-            )
-            logged = mean_over_ranks(logged, world_size).tolist()
-            stopping = logged[7] > 0
-            losses = {
-                "losses/value_loss": logged[0],
-                "losses/policy_loss": logged[1],
-                "losses/entropy": logged[2],
-                "losses/old_approx_kl": logged[3],
-                "losses/approx_kl": logged[4],
-            }
-            if rank == 0:
-                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
-                for key, value in losses.items():
-                    writer.add_scalar(key, value, global_step)
-                writer.add_scalar("losses/clipfrac", logged[5], global_step)
-                writer.add_scalar("losses/explained_variance", logged[6], global_step)
-                writer.add_scalar("charts/update_epochs", epoch + 1, global_step)
-                if iteration == start_iteration:
-                    # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA
-                    # graph recording), which would otherwise dominate short runs; it logs no SPS.
-                    start_time, start_step = time.time(), global_step
-                # global steps (all ranks) per second of rank 0's wall clock
-                sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
-                if global_step > start_step:
-                    writer.add_scalar("charts/SPS", sps, global_step)
-                progress.update(global_step, sps)
-                if not progress.enabled:
-                    print(f"global_step={global_step}, SPS={sps}")
-
-            # Checked before any save, so a checkpoint never holds NaN or inf. The losses are the rank-averaged
-            # ones and the replicas' parameters are identical, so every rank finds the same answer without a
-            # collective and all stop together. (The explained variance may legitimately be NaN.)
-            problem = find_non_finite(losses, {"agent": agent})
-            if problem is not None:
-                progress.close()
-                if writer is not None:
-                    writer.close()
-                if rank != 0:
-                    raise SystemExit(1)
-                fail(f"non-finite {problem} at global step {global_step} (iteration {iteration}); "
-                     "stopped without saving, so the last good checkpoint is kept")
-            if iteration < num_iterations and args.save_model and (
-                stopping or (args.checkpoint_frequency > 0 and iteration % args.checkpoint_frequency == 0)
-            ):
-                save_checkpoint_from_rank_0(iteration, finished=False)
-            if iteration < num_iterations and stopping:
-                progress.close()
-                if rank == 0:
-                    saved = f"checkpoint saved to {checkpoint_path}" if args.save_model else "no --save-model, no checkpoint"
-                    print(f"{stop.received or 'a signal to another rank'}: stopped after global step {global_step}; "
-                          f"{saved}", flush=True)
-                envs.close()
-                if writer is not None:
-                    writer.close()
-                raise SystemExit(0)
-        progress.close()
-
-        if args.save_model:
-            save_checkpoint_from_rank_0(num_iterations, finished=True)
-        if args.save_model and rank == 0:
-            torch.save(agent.state_dict(), model_path)
-            print(f"model saved to {model_path}")
-            episodic_returns = evaluate(agent, args, run_name, device)
-            for idx, episodic_return in enumerate(episodic_returns):
-                writer.add_scalar("eval/episodic_return", episodic_return, idx)
-            print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
-
-        # one line per rank: equal checksums on all ranks mean the replicas never drifted apart
-        checksum = parameter_checksum(agent)
-        print(f"rank {rank}/{world_size}: {rank_games} games finished, parameter checksum {checksum}", flush=True)
-        envs.close()
+        # the last minibatch's statistics, averaged over ranks in one all-reduce, with this rank's stop flag: its mean
+        # is > 0 when any rank got SIGINT/SIGTERM, so all ranks stop after the same update and none is left waiting
+        logged = torch.stack([v_loss, pg_loss, entropy_loss, old_approx_kl, approx_kl, torch.stack(clipfracs).mean(),
+                              torch.tensor(explained_var, dtype=torch.float32, device=device),
+                              torch.tensor(float(run.stop.received is not None), device=device)])
+        logged = mean_over_ranks(logged, world_size).tolist()
+        losses = dict(zip(["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
+                           "losses/approx_kl"], logged))
         if writer is not None:
-            writer.close()
-    finally:
-        # also on an error, so this rank leaves the group cleanly; torchrun then stops the other ranks
-        if dist.is_initialized():
-            dist.destroy_process_group()
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
+            for key, value in losses.items():
+                writer.add_scalar(key, value, global_step)
+            writer.add_scalar("losses/clipfrac", logged[5], global_step)
+            writer.add_scalar("losses/explained_variance", logged[6], global_step)
+            writer.add_scalar("charts/update_epochs", epoch + 1, global_step)
+        if iteration == start_iteration:
+            # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
+            # recording), which would otherwise dominate short runs; it logs no SPS.
+            run.start_clock(global_step)
+        run.log_sps(global_step)  # global steps (all ranks) per second of rank 0's wall clock
+        # Checked before any save, so a checkpoint never holds NaN or inf. The losses are the rank-averaged ones and
+        # the replicas' parameters are identical, so every rank finds the same answer without a collective and all
+        # stop together. (The explained variance may legitimately be NaN.)
+        run.check_finite(losses, global_step, f"iteration {iteration}")
+        # TODO(runtime): end_of_iteration gets the ranks' joint stop decision, not this rank's own signal (one that
+        # arrives after the all-reduce waits for the next update), and every rank's generators for the checkpoint.
+        joint = (run.stop.received or "a signal to another rank") if logged[7] > 0 else None
+        signals, run.stop = run.stop, SimpleNamespace(received=joint)
+        run.end_of_iteration(iteration, global_step, next_obs, **per_rank_states(envs, world_size, args.save_model))
+        run.stop = signals
+
+    run.finish(global_step, next_obs, model=agent, evaluate=lambda: evaluate(agent, args, run.name, device),
+               **per_rank_states(envs, world_size, args.save_model))
+    # one line per rank: equal checksums on all ranks mean the replicas never drifted apart
+    print(f"rank {rank}/{world_size}: {rank_games} games finished, parameter checksum {parameter_checksum(agent)}",
+          flush=True)

@@ -16,74 +16,26 @@ Run:
 MuJoCo environments need the `mujoco` extra (pip install "cleanrl[mujoco]").
 """
 
-import glob
-import math
 import os
 import pickle
-import random
-import shutil
-import signal
-import sys
-import time
-from collections import deque
-from dataclasses import asdict, dataclass
-from typing import Callable, NoReturn, Optional
+from dataclasses import dataclass
+from typing import Optional
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-import tyro
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
-from torch.utils.tensorboard import SummaryWriter
+
+import runtime
+from runtime import RunArgs, fail
 
 
 @dataclass
-class Args:
-    # [shared:common-args] source: cleanrl/ppo.py
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, use CUDA when it is available"""
-    track: bool = False
-    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
-    wandb_project_name: str = "cleanRL"
-    """the W&B project name"""
-    wandb_entity: Optional[str] = None
-    """the W&B entity (team); None uses your default entity"""
-    capture_video: bool = False
-    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
-    save_model: bool = False
-    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
-    eval_episodes: int = 10
-    """number of episodes of the evaluation that follows --save-model"""
-    # [/shared:common-args]
-    # [shared:lifecycle-args] source: cleanrl/ppo.py
-    checkpoint_frequency: int = 0
-    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
-    resume: Optional[str] = None
-    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
-    eval_only: Optional[str] = None
-    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
-    progress: bool = True
-    """draw a progress line (steps, SPS, recent return) on stderr when it is a terminal"""
-    # [/shared:lifecycle-args]
-    # [shared:speed-args] source: cleanrl/ppo.py
-    compile: bool = False
-    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
-    cudagraphs: bool = False
-    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
-    # [/shared:speed-args]
-
-    # Algorithm specific arguments
+class Args(RunArgs):
     env_id: str = "HalfCheetah-v5"
     """the id of the environment (its action space must be a bounded Box)"""
     total_timesteps: int = 1000000
@@ -120,364 +72,6 @@ class Args:
     """if set, stop the update epochs early once the approximate KL exceeds it"""
 
 
-# [shared:run-setup] source: cleanrl/ppo.py
-def fail(message: str) -> NoReturn:
-    """Stop with a one-line error and exit status 1 (used before any run directory exists)."""
-    raise SystemExit(f"error: {message}")
-
-
-def make_probe_env(env_id: str) -> gym.Env:
-    """Build one environment to check the id before any work starts; unknown ids fail in one line."""
-    try:
-        return gym.make(env_id)
-    except gym.error.Error as e:
-        fail(f"cannot make environment {env_id!r}: {e}")
-
-
-def seed_everything(seed: int, torch_deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = torch_deterministic
-
-
-def start_logging(args, run_name: str) -> SummaryWriter:
-    """TensorBoard always, W&B only with --track (imported here so it is never needed otherwise)."""
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-    return writer
-# [/shared:run-setup]
-
-
-# [shared:lifecycle] source: cleanrl/ppo.py
-# Saving, resuming, stopping and watching a run; docs/saving-resuming.md says what each piece guarantees.
-# A checkpoint is one dict written by torch.save that loads with torch.load(weights_only=True): the entries
-# made by checkpoint_common (script, args, run_name, iteration, global_step, finished, rng, envs) plus the
-# script's own (networks, optimizers, normalization statistics, optionally a replay buffer, next_obs).
-# --compile and --amp change speed (and float rounding) only. --cudagraphs is not among them: a resumed
-# optimizer keeps the capturable setting it was saved with.
-ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "eval_episodes", "cuda", "track",
-                     "wandb_project_name", "wandb_entity", "compile", "amp")
-
-
-def checkpoint_path_of(path: str) -> str:
-    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.pt")
-    if not os.path.isfile(path):
-        fail(f"no checkpoint at {path}")
-    return path
-
-
-def load_checkpoint(path: str, script: str) -> dict:
-    """Read a checkpoint on the CPU and check that this script wrote it."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
-    if found != script:
-        fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
-    return checkpoint
-
-
-def find_resume_checkpoint(args) -> Optional[dict]:
-    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
-
-    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
-    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
-    if that run has finished, there is nothing to do and the process exits 0.
-    """
-    script = os.path.basename(__file__)
-    if args.resume is None:
-        return None
-    if args.resume == "auto":
-        # run names write "/" in env ids (ALE/Pong-v5) as "-"
-        run_prefix = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__"
-        found = glob.glob(os.path.join("runs", f"{run_prefix}*", "checkpoint.pt"))
-        if not found:
-            return None
-        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
-        checkpoint = load_checkpoint(newest, script)
-        if checkpoint["finished"]:
-            # a restart after the run ended (say, during the final evaluation) must not train it again
-            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
-            raise SystemExit(0)
-        return checkpoint
-    path = checkpoint_path_of(args.resume)
-    checkpoint = load_checkpoint(path, script)
-    if checkpoint["finished"]:
-        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
-    return checkpoint
-
-
-def resumed_args(args_cls, checkpoint: dict):
-    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
-
-    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
-    budget or learning rate would not continue the same run, so they fail in one line.
-    """
-    try:
-        saved = args_cls(**checkpoint["args"])
-    except TypeError as e:
-        fail(f"the checkpoint's flags do not fit this script's: {e}")
-    args = tyro.cli(args_cls, default=saved)
-    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
-    if changed:
-        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
-                                          for k in changed) + " when resuming")
-    return args
-
-
-def reopen_logging(args, run_name: str, purge_step: int) -> SummaryWriter:
-    """A resumed run logs on in its own TensorBoard directory. purge_step makes TensorBoard drop the events
-    the interrupted process logged at steps >= purge_step (after its last checkpoint), so curves do not overlap.
-    With --track the resumed process is a new W&B run of the same name."""
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    return SummaryWriter(f"runs/{run_name}", purge_step=purge_step)
-
-
-def rng_state() -> dict:
-    """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
-    np_state = np.random.get_state(legacy=False)
-    return {
-        "python": random.getstate(),
-        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
-        "numpy_pos": int(np_state["state"]["pos"]),
-        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state({
-        "bit_generator": "MT19937",
-        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
-        "has_gauss": state["numpy_gauss"][0],
-        "gauss": state["numpy_gauss"][1],
-    })
-    torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def vector_layers(envs: gym.vector.VectorEnv) -> list:
-    """The vector wrappers from the outside in, then the vector env itself."""
-    layers = [envs]
-    while isinstance(layers[-1], gym.vector.VectorWrapper):
-        layers.append(layers[-1].env)
-    return layers
-
-
-def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
-    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
-
-    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
-    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
-    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
-    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
-    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
-    """
-    layers = vector_layers(envs)
-    if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
-    for sub_env in layers[-1].envs:
-        if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
-            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
-    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
-    # the result loads with plain pickle.
-    try:
-        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
-        return cloudpickle.dumps(state), ""
-    except (pickle.PicklingError, AttributeError, TypeError) as e:
-        return None, f"pickling failed: {e}"
-
-
-def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
-    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
-    layers = vector_layers(envs)
-    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        for sub_env in layers[-1].envs:
-            sub_env.close()
-    for layer, saved in zip(layers, pickle.loads(state), strict=True):
-        vars(layer).update(saved)
-
-
-def checkpoint_common(args, run_name: str, iteration: int, global_step: int, finished: bool, envs) -> dict:
-    """The entries every script's checkpoint has; the script adds its networks, optimizers and statistics."""
-    return {
-        "script": os.path.basename(__file__),
-        "args": asdict(args),
-        "run_name": run_name,
-        "iteration": iteration,
-        "global_step": global_step,
-        "finished": finished,
-        "rng": rng_state(),
-        "envs": env_state(envs)[0],
-    }
-
-
-def save_checkpoint(checkpoint: dict, path: str) -> None:
-    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
-    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(checkpoint, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
-    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
-
-    Called once per update, never per step: all parameters are checked by one isfinite over their
-    concatenation with one host sync; only when that fails are they searched one by one for the name.
-    """
-    for name, value in losses.items():
-        if not math.isfinite(value):
-            return f"{name} ({value})"
-    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
-    if bool(torch.isfinite(torch.cat(params)).all()):
-        return None
-    for module_name, module in modules.items():
-        for name, p in module.named_parameters():
-            if not bool(torch.isfinite(p).all()):
-                return f"parameter {module_name}.{name}"
-    return "a parameter"
-
-
-class StopSignal:
-    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
-    training loop reads it at its next safe point (the end of an update), saves a checkpoint and exits 0.
-    A second signal stops at once with the default action."""
-
-    def __init__(self):
-        self.received: Optional[str] = None
-        signal.signal(signal.SIGINT, self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.received is not None:
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-            return
-        self.received = signal.Signals(signum).name
-
-
-class Progress:
-    """One self-rewriting line on stderr: steps, SPS and the mean of the last 20 episodic returns. Drawn only
-    on an interactive terminal and without --no-progress, at most 4 times a second, so it can be called every step."""
-
-    def __init__(self, total_steps: int, disabled: bool):
-        self.total_steps = total_steps
-        self.enabled = not disabled and sys.stderr.isatty()
-        self.returns = deque(maxlen=20)
-        self.last_draw = 0.0
-
-    def episode(self, episodic_return: float) -> None:
-        self.returns.append(float(episodic_return))
-
-    def update(self, global_step: int, sps: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last_draw < 0.25 and global_step < self.total_steps):
-            return
-        self.last_draw = now
-        recent = f"{np.mean(self.returns):.1f}" if self.returns else "-"
-        percent = 100 * global_step // self.total_steps
-        sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | return {recent}  ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.last_draw:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-def check_lifecycle_args(args) -> None:
-    if args.checkpoint_frequency < 0:
-        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
-    if args.checkpoint_frequency > 0 and not args.save_model:
-        fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
-
-
-def saved_model_path(path: str) -> str:
-    """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
-    if os.path.isdir(path):
-        candidates = [os.path.join(path, "checkpoint.pt")] + sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
-        path = next((c for c in candidates if os.path.isfile(c)), candidates[0])
-    if not os.path.isfile(path):
-        fail(f"no saved model at {path}")
-    return path
-# [/shared:lifecycle]
-
-
-# [shared:speed] source: cleanrl/ppo.py
-def check_speed_args(args) -> None:
-    on_cuda = args.cuda and torch.cuda.is_available()
-    if args.cudagraphs and not on_cuda:
-        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
-    if args.compile and not on_cuda:
-        compiler = os.environ.get("CXX", "g++")
-        if shutil.which(compiler) is None:
-            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
-
-
-def speed_up(fn: Callable, args) -> Callable:
-    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
-
-    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
-    starts its clock only after a warm-up.
-    """
-    if not (args.compile or args.cudagraphs):
-        return fn
-    if args.compile:
-        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
-        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
-        torch._inductor.config.fallback_random = True
-        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
-    else:
-        wrapped = torch.compile(fn, backend="cudagraphs")
-    if not args.cudagraphs:
-        return wrapped
-
-    def replay(*inputs):
-        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
-        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
-        torch.compiler.cudagraph_mark_step_begin()
-        out = wrapped(*inputs)
-        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
-
-    return replay
-# [/shared:speed]
-
-
-# [shared:ppo-derive-sizes] source: cleanrl/ppo.py
 def derive_sizes(args: Args) -> tuple[int, int, int]:
     """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
@@ -485,15 +79,12 @@ def derive_sizes(args: Args) -> tuple[int, int, int]:
             fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        fail(
-            f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
-            f"does not divide into --num-minibatches {args.num_minibatches}"
-        )
+        fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
+             f"does not divide into --num-minibatches {args.num_minibatches}")
     num_iterations = args.total_timesteps // batch_size
     if num_iterations < 1:
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)")
     return batch_size, batch_size // args.num_minibatches, num_iterations
-# [/shared:ppo-derive-sizes]
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
@@ -506,18 +97,84 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
         fail(f"{env_id} has observation space {observation_space}; the networks need flat Box observations")
 
 
-# [shared:classic-make-env] source: cleanrl/ppo.py
-def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
-    def thunk():
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id)
-        return env
+def check_env(env_id: str) -> None:
+    """Fail in one line, before any work starts, when env_id cannot be made or its spaces do not fit."""
+    try:
+        probe = gym.make(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+    check_spaces(env_id, probe.observation_space, probe.action_space)
+    probe.close()
 
-    return thunk
-# [/shared:classic-make-env]
+
+def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, obs_dim: int, action_dim: int):
+        super().__init__()
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor_mean = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, action_dim), std=0.01),
+        )
+        # State-independent log standard deviation, one per action dimension, starting at std 1.
+        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(x)
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        action_mean = self.actor_mean(x)
+        action_std = self.actor_logstd.expand_as(action_mean).exp()
+        # No argument validation: it would stop a diverged run with a traceback inside the update, before
+        # the once-per-update non-finite check can name the step and the quantity (and it costs time).
+        probs = Normal(action_mean, action_std, validate_args=False)
+        if action is None:
+            action = probs.sample()
+        # independent dimensions: the log-probability and entropy of the action are sums over them
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
+
+    def act_deterministic(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor_mean(x)
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminations: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, Eq. 16) over a rollout with episode ends.
+
+    All inputs are (num_steps, num_envs). `next_values[t]` is V(s_{t+1}) of the true successor of s_t:
+    for a step that ended an episode by truncation it is the value of the final observation, so a
+    time-limit cut still bootstraps. `terminations[t]` = 1 drops that bootstrap (s_{t+1} is terminal).
+    `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
+    Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
+    """
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
 
 
 def normalize_obs(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float, clip: float) -> np.ndarray:
@@ -569,15 +226,9 @@ def make_envs(
     args: Args, run_name: str, capture_video: bool
 ) -> tuple[gym.vector.VectorEnv, NormalizeObservation, gym.wrappers.vector.NormalizeReward]:
     """The training envs, and the two wrappers whose running statistics are part of the trained agent."""
-    # Same-step autoreset: when an episode ends at step t, step t returns the first observation of the
-    # next episode and puts the true last observation in info["final_obs"]. Every stored step is then a
-    # real transition (no reset step to mask out), and truncated episodes can bootstrap from final_obs.
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, i, capture_video, run_name) for i in range(args.num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
-    # Innermost, so the logged episodic returns are the environment's own rewards, not the scaled ones.
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    # Same-step autoreset (truncated episodes bootstrap from info["final_obs"]); the episode statistics are
+    # innermost, so the logged episodic returns are the environment's own rewards, not the scaled ones.
+    envs = runtime.make_envs(args.env_id, args.num_envs, capture_video, run_name)
     # The Gaussian samples unbounded actions; the env gets them clipped to its bounds, while the
     # unclipped sample is what is stored and scored by the log-probability.
     envs = gym.wrappers.vector.ClipAction(envs)
@@ -599,76 +250,18 @@ def load_rms_state(rms: RunningMeanStd, state: dict) -> None:
     rms.mean, rms.var, rms.count = state["mean"].numpy(), state["var"].numpy(), state["count"]
 
 
-def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
+class Statistics:
+    """A checkpoint entry for one normalization wrapper's RunningMeanStd (`obs_rms` or `return_rms`), read from
+    the wrapper at save and load time: a restored environment state replaces the wrapper's object."""
 
+    def __init__(self, wrapper: gym.vector.VectorWrapper, name: str):
+        self.wrapper, self.name = wrapper, name
 
-class Agent(nn.Module):
-    def __init__(self, obs_dim: int, action_dim: int):
-        super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, action_dim), std=0.01),
-        )
-        # State-independent log standard deviation, one per action dimension, starting at std 1.
-        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+    def state_dict(self) -> dict:
+        return rms_state(getattr(self.wrapper, self.name))
 
-    def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(x)
-
-    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        action_mean = self.actor_mean(x)
-        action_std = self.actor_logstd.expand_as(action_mean).exp()
-        # No argument validation: it would stop a diverged run with a traceback inside the update, before
-        # the once-per-update non-finite check can name the step and the quantity (and it costs time).
-        probs = Normal(action_mean, action_std, validate_args=False)
-        if action is None:
-            action = probs.sample()
-        # independent dimensions: the log-probability and entropy of the action are sums over them
-        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
-
-    def act_deterministic(self, x: torch.Tensor) -> torch.Tensor:
-        return self.actor_mean(x)
-
-
-# [shared:gae] source: cleanrl/ppo.py
-def compute_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    terminations: torch.Tensor,
-    dones: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalized advantage estimation (Schulman et al. 2016, Eq. 16) over a rollout with episode ends.
-
-    All inputs are (num_steps, num_envs). `next_values[t]` is V(s_{t+1}) of the true successor of s_t:
-    for a step that ended an episode by truncation it is the value of the final observation, so a
-    time-limit cut still bootstraps. `terminations[t]` = 1 drops that bootstrap (s_{t+1} is terminal).
-    `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
-    Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
-    """
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = torch.zeros_like(rewards[0])
-    for t in reversed(range(rewards.shape[0])):
-        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
-        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
-        advantages[t] = lastgaelam
-    return advantages, advantages + values
-# [/shared:gae]
+    def load_state_dict(self, state: dict) -> None:
+        load_rms_state(getattr(self.wrapper, self.name), state)
 
 
 def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -> list[float]:
@@ -678,11 +271,7 @@ def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -
     The returns are the environment's own rewards (no reward scaling here).
     """
     checkpoint = torch.load(model_path, map_location="cpu", weights_only=True)  # statistics are used as numpy
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, 0, args.capture_video, f"{run_name}-eval")],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    envs = runtime.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
     envs = gym.wrappers.vector.ClipAction(envs)
     envs = NormalizeObservation(envs, clip=10.0)
     load_rms_state(envs.obs_rms, checkpoint["obs_rms"])
@@ -702,66 +291,45 @@ def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -
     return returns[: args.eval_episodes]
 
 
+# TODO(runtime): runtime.eval_only hands the model only checkpoint[model_key]; this policy also needs the
+# observation statistics, which the checkpoint and the .cleanrl_model hold under their own key (obs_rms).
 def evaluate_saved(args: Args) -> list[float]:
     """--eval-only: evaluate a saved model without creating a run directory.
 
     A checkpoint (or a run directory holding one) brings its own env id; a .cleanrl_model (weights and
     observation statistics) is evaluated on --env-id. Videos, with --capture-video, go to videos/{name}-eval.
     """
-    path = saved_model_path(args.eval_only)
+    path = runtime.saved_model_path(args.eval_only)
     if path.endswith(".cleanrl_model"):
         name = os.path.basename(os.path.dirname(os.path.abspath(path)))
     else:
-        checkpoint = load_checkpoint(path, "ppo_continuous_action.py")
+        checkpoint = runtime.load_checkpoint(path, "ppo_continuous_action.py")
         name, args.env_id = checkpoint["run_name"], checkpoint["args"]["env_id"]
     if args.eval_episodes < 1:
         fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
-    probe = make_probe_env(args.env_id)
-    check_spaces(args.env_id, probe.observation_space, probe.action_space)
-    probe.close()
-    seed_everything(args.seed, args.torch_deterministic)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    check_env(args.env_id)
+    runtime.seed_everything(args.seed, args.torch_deterministic)
+    device = runtime.pick_device(args)
     try:
         return evaluate(path, args, name, device)
     except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as e:
-        fail(f"{path} does not hold a ppo_continuous_action.py model for {args.env_id}: {str(e).splitlines()[0]}")
+        fail(f"{path} does not hold a ppo_continuous_action.py model for {args.env_id}: {runtime.first_line(e)}")
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
+    args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
         episodic_returns = evaluate_saved(args)
         print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} "
               f"over {len(episodic_returns)} episodes of {args.env_id}")
         raise SystemExit(0)
-    # Everything that can be wrong with the input is checked before the run directory exists.
-    checkpoint = find_resume_checkpoint(args)
-    if checkpoint is not None:
-        args = resumed_args(Args, checkpoint)
-    check_lifecycle_args(args)
-    check_speed_args(args)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    probe = make_probe_env(args.env_id)
-    check_spaces(args.env_id, probe.observation_space, probe.action_space)
-    probe.close()
-    if checkpoint is None:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        writer = start_logging(args, run_name)
-    else:
-        # the same run: same directory, TensorBoard log continued after the checkpoint's step
-        run_name = checkpoint["run_name"]
-        writer = reopen_logging(args, run_name, purge_step=checkpoint["global_step"] + 1)
-        print(f"resuming {run_name} after iteration {checkpoint['iteration']} "
-              f"(global step {checkpoint['global_step']})")
-
-    seed_everything(args.seed, args.torch_deterministic)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if device.type == "cpu":
-        # A 64-unit MLP gains nothing from intra-op threads, and 2 threads stall when the other core is busy.
-        torch.set_num_threads(1)
+    check_env(args.env_id)
+    run = runtime.start(args, checkpoint, num_iterations, batch_size)
+    device, writer = run.device, run.writer
 
     # env setup
-    envs, obs_norm, reward_norm = make_envs(args, run_name, args.capture_video)
+    envs, obs_norm, reward_norm = make_envs(args, run.name, args.capture_video)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     agent = Agent(obs_dim, action_dim).to(device)
@@ -772,9 +340,6 @@ if __name__ == "__main__":
         agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
         capturable=device.type == "cuda",
     )
-    if args.save_model and env_state(envs)[0] is None:
-        print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
-              "a resumed run restarts its episodes")
 
     # storage: (num_steps, num_envs, ...)
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device)
@@ -793,46 +358,17 @@ if __name__ == "__main__":
     dones_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     truncated_np = np.zeros((args.num_steps, args.num_envs), dtype=bool)
 
-    if checkpoint is None:
-        start_iteration, global_step = 1, 0
-        next_obs, _ = envs.reset(seed=args.seed)
-        envs.action_space.seed(args.seed)
-    else:
-        # Checkpoints are taken between iterations, so nothing of a half-collected rollout needs saving.
-        agent.load_state_dict(checkpoint["agent"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
-        # written before --compile existed); it must be a tensor on the device, filled in place below.
-        optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
-        start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
-        if checkpoint["envs"] is not None:
-            # the whole wrapper stack, normalization statistics and the return being accumulated included
-            load_env_state(envs, checkpoint["envs"])
-            next_obs = checkpoint["next_obs"].numpy()
-        else:
-            # The environments' state was not saved (MuJoCo): episodes restart here, from reset seeds not
-            # used before; the normalization statistics carry over, the discounted return restarts at 0.
-            load_rms_state(obs_norm.obs_rms, checkpoint["obs_rms"])
-            load_rms_state(reward_norm.return_rms, checkpoint["return_rms"])
-            next_obs, _ = envs.reset(seed=args.seed + global_step)
-            envs.action_space.seed(args.seed + global_step)
-        # Last, so the generators continue exactly where the interrupted run left them.
-        set_rng_state(checkpoint["rng"])
+    # A resumed run loads the environments' state where it was saved (classic control: the whole wrapper stack,
+    # statistics and the return being accumulated included); else (MuJoCo) episodes restart, the statistics
+    # (saved on their own for this case) carry over and the discounted return restarts at 0. The learning-rate
+    # schedule is a function of the iteration, so the iteration is its whole state.
+    obs_stats, return_stats = Statistics(obs_norm, "obs_rms"), Statistics(reward_norm, "return_rms")
+    state = {"agent": agent, "optimizer": optimizer, "obs_rms": obs_stats, "return_rms": return_stats}
+    next_obs, start_iteration, global_step = run.restore(envs, state, args.seed)
+    # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
+    # written before --compile existed); it must be a tensor on the device, filled in place below.
+    optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-
-    model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
-    checkpoint_path = f"runs/{run_name}/checkpoint.pt"
-
-    def make_checkpoint(iteration: int, finished: bool) -> dict:
-        # The learning-rate schedule is a function of the iteration, so the iteration is its whole state.
-        # The statistics are saved on their own too: they are all a resumed run keeps when envs is None.
-        return checkpoint_common(args, run_name, iteration, global_step, finished, envs) | {
-            "agent": agent.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "obs_rms": rms_state(obs_norm.obs_rms),
-            "return_rms": rms_state(reward_norm.return_rms),
-            "next_obs": next_obs.cpu(),
-        }
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with torch.no_grad():
@@ -842,7 +378,6 @@ if __name__ == "__main__":
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
         """One gradient step on one minibatch; returns the losses and diagnostics, detached."""
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
-        # [shared:ppo-loss] source: cleanrl/ppo.py
         logratio = newlogprob - mb_logprobs
         ratio = logratio.exp()
 
@@ -877,14 +412,10 @@ if __name__ == "__main__":
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
         optimizer.step()
         return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
-        # [/shared:ppo-loss]
 
     # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
-    policy_step, update = speed_up(policy_step, args), speed_up(update, args)
+    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
 
-    stop = StopSignal()
-    progress = Progress(num_iterations * batch_size, not args.progress)
-    start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
@@ -919,11 +450,7 @@ if __name__ == "__main__":
                         torch.as_tensor(final_obs, dtype=torch.float32, device=device)
                     ).flatten()
 
-            if "episode" in infos:
-                for i in np.nonzero(infos["_episode"])[0]:
-                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
-                    progress.episode(infos["episode"]["r"][i])
+            run.log_episodes(infos, global_step)  # charts/episodic_return and charts/episodic_length
 
         for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
                                (truncated, truncated_np)):
@@ -987,47 +514,14 @@ if __name__ == "__main__":
         if iteration == start_iteration:
             # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
             # recording), which would otherwise dominate short runs; it logs no SPS.
-            start_time, start_step = time.time(), global_step
-        sps = int((global_step - start_step) / max(time.time() - start_time, 1e-9))
-        if global_step > start_step:
-            writer.add_scalar("charts/SPS", sps, global_step)
-        progress.update(global_step, sps)
-
+            run.start_clock(global_step)
+        run.log_sps(global_step)
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
         # out: it is legitimately NaN when the returns have zero variance.)
-        problem = find_non_finite(losses, {"agent": agent})
-        if problem is not None:
-            progress.close()
-            writer.close()
-            fail(f"non-finite {problem} at global step {global_step} (iteration {iteration}); "
-                 "stopped without saving, so the last good checkpoint is kept")
-        if iteration < num_iterations and args.save_model and (
-            stop.received or (args.checkpoint_frequency > 0 and iteration % args.checkpoint_frequency == 0)
-        ):
-            save_checkpoint(make_checkpoint(iteration, finished=False), checkpoint_path)
-        if iteration < num_iterations and stop.received:
-            progress.close()
-            saved = f"checkpoint saved to {checkpoint_path}" if args.save_model else "no --save-model, no checkpoint"
-            print(f"{stop.received}: stopped after global step {global_step}; {saved}")
-            envs.close()
-            writer.close()
-            raise SystemExit(0)
-    progress.close()
+        run.check_finite(losses, global_step, f"iteration {iteration}")
+        # progress; a checkpoint every --checkpoint-frequency updates or on SIGINT/SIGTERM
+        run.end_of_iteration(iteration, global_step, next_obs)
 
-    if args.save_model:
-        # The normalization statistics are part of the policy: it only knows normalized observations.
-        save_checkpoint(make_checkpoint(num_iterations, finished=True), checkpoint_path)
-        model = {
-            "agent": agent.state_dict(),
-            "obs_rms": rms_state(obs_norm.obs_rms),
-            "return_rms": rms_state(reward_norm.return_rms),
-        }
-        torch.save(model, model_path)
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(model_path, args, run_name, device)
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"eval: mean return {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f}")
-
-    envs.close()
-    writer.close()
+    # The normalization statistics are part of the policy: it only knows normalized observations.
+    model = {"agent": agent, "obs_rms": obs_stats, "return_rms": return_stats}
+    run.finish(global_step, next_obs, model=model, evaluate=lambda: evaluate(run.model_path, args, run.name, device))

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.optim as optim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cleanrl"))  # the runtime module the script imports
 
 from cleanrl.ppo_atari_multigpu import (  # noqa: E402
     Agent,

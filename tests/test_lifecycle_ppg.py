@@ -180,12 +180,12 @@ def test_aux_buffer_state_round_trip_holds_only_the_stored_iterations():
         code = torch.tensor([[it * 50 + env * 10 + step for env in range(num_envs)] for step in range(num_steps)])
         buf.store(it, code.to(torch.uint8)[:, :, None, None, None].expand(num_steps, num_envs, 1, 2, 2),
                   returns=code.float() / 2, valid=(code % 3 != 0))  # fmt: skip
-    state = buf.state(2)
+    state = buf.state_dict()
     assert state["obs"].shape == (4, num_steps, 1, 2, 2) and state["returns"].shape == (4, num_steps)
     # copies, so torch.save writes these rows and not the whole (partly unfilled) buffer
     assert state["obs"].untyped_storage().nbytes() == 4 * num_steps * 4
     restored = AuxBuffer(n_iteration, num_envs, num_steps, (1, 2, 2), n_actions=3)
-    restored.load_state(state)
+    restored.load_state_dict(state)
     rows = np.arange(4)
     for a, b in zip(buf.batch(rows, torch.device("cpu"))[:2], restored.batch(rows, torch.device("cpu"))[:2]):
         assert torch.equal(a, b)
@@ -198,10 +198,10 @@ def test_reward_normalizer_state_round_trip_restarts_the_running_returns():
     norm = RewardNormalizer(num_envs=2, gamma=0.5)
     for reward in ([2.0, 4.0], [1.0, -3.0], [0.5, 7.0]):
         norm(np.array(reward), done=np.zeros(2, bool), valid=np.ones(2, bool))
-    state = norm.state()
+    state = norm.state_dict()
     assert all(type(v) is float for v in state.values())  # plain floats load with weights_only=True
     restored = RewardNormalizer(num_envs=2, gamma=0.5)
-    restored.load_state(state)
+    restored.load_state_dict(state)
     assert (restored.mean, restored.var, restored.count) == (norm.mean, norm.var, norm.count)
     np.testing.assert_array_equal(restored.ret, [0.0, 0.0])  # new episodes after a resume
     # with the same statistics and the returns restarted, the next rewards are scaled the same way

@@ -13,9 +13,8 @@ from cleanrl.ppg_procgen import (
     RewardNormalizer,
     aux_buffer_bytes,
     aux_losses,
-    procgen_import_problem,
-    resolve_env_id,
 )
+from runtime import procgen_import_problem, resolve_env_id
 from tests.helpers import (
     assert_bad_input_rejected,
     assert_compile_parity,
@@ -155,13 +154,14 @@ def test_missing_qt_message_names_the_debian_package():
 
 # Runs the script with envpool's compiled Procgen module failing to load as it does without Debian's Qt 5.
 HIDE_QT = """
-import runpy, sys
+import os, runpy, sys
 class NoQt:
     def find_spec(self, name, path=None, target=None):
         if name == "envpool.procgen.procgen_envpool":
             raise ImportError("libQt5Core.so.5: cannot open shared object file: No such file or directory")
 sys.meta_path.insert(0, NoQt())
 sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))  # as `python script.py` does, for the runtime module beside it
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 

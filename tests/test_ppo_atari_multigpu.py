@@ -324,13 +324,13 @@ def test_scaling_benchmark_refuses_a_budget_without_a_measured_iteration(tmp_pat
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_job_instead_of_hanging(workdir):
     # kill -9 rank 1 during training: torchrun must stop rank 0 and exit non-zero, naming rank 1 as the root cause
-    args = [*TINY, "--total-timesteps", "64000"]
+    args = [*TINY, "--total-timesteps", "64000", "--progress-interval", "1"]
     cmd = standalone(2) + [str(ROOT / "cleanrl" / SCRIPT), *args]
     proc = subprocess.Popen(
         cmd, cwd=workdir, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    for line in proc.stdout:  # rank 0 prints one line per iteration; wait for the first
-        if line.startswith("global_step="):
+    for line in proc.stdout:  # rank 0 prints a progress line (on stderr) every second; wait for the first
+        if line.startswith("progress: step"):
             break
 
     def is_rank_1_of_this_job(pid: str) -> bool:
