@@ -175,26 +175,20 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
     return returns[: args.eval_episodes]
 
 
-def make_q_network(env_id: str, saved: str) -> QNetwork:
-    """An untrained Q-network for env_id with the support of the model --eval-only names (the atoms are a buffer
-    of the network, so the support comes with the model); eval_only loads the saved weights into it and evaluates
+def make_q_network(env_id: str, atoms: torch.Tensor) -> QNetwork:
+    """An untrained Q-network for env_id on the support saved with the model (the atoms are a buffer of the
+    network, so it fits whatever --n-atoms the run had); --eval-only loads the saved weights into it and evaluates
     it with epsilon 0.05, as after training."""
     env = runtime.probe_env(env_id, gym.spaces.Discrete, "c51.py")
     env.close()
-    # TODO(runtime): eval_only could hand make_model the saved state dict; c51 reads the file a second time
-    path = runtime.saved_model_path(saved)
-    state_dict = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(state_dict, dict) and isinstance(state_dict.get("q_network"), dict):
-        state_dict = state_dict["q_network"]  # a checkpoint
-    if not isinstance(state_dict, dict) or "atoms" not in state_dict:
-        fail(f"{path} does not hold a c51.py model")
-    return QNetwork(int(np.prod(env.observation_space.shape)), int(env.action_space.n), state_dict["atoms"])
+    return QNetwork(int(np.prod(env.observation_space.shape)), int(env.action_space.n), atoms)
 
 
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        runtime.eval_only(args, "q_network", lambda: make_q_network(args.env_id, args.eval_only), evaluate)
+        runtime.eval_only(args, "q_network", lambda saved: make_q_network(args.env_id, saved["q_network"]["atoms"]),
+                          evaluate)
     check_off_policy_args(args)
     if args.n_atoms < 2 or not args.v_min < args.v_max:
         fail(f"the support needs --n-atoms >= 2 and --v-min < --v-max, got {args.n_atoms}, {args.v_min}, "

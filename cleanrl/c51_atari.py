@@ -209,27 +209,20 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
     return returns[: args.eval_episodes]
 
 
-def make_q_network(args: Args) -> QNetwork:
+def make_q_network(args: Args, atoms: torch.Tensor) -> QNetwork:
     """An untrained Q-network for args.env_id (--eval-only loads the saved weights into it), on the support saved
     with the model (the atoms are a buffer of the network), so it fits whatever --n-atoms the run had."""
     check_atari_args(args)
-    # TODO(runtime): eval_only builds the network before it hands over the saved weights, and this network's
-    # size depends on the saved support, so the saved model (already read and checked by eval_only) is read again.
-    path = runtime.saved_model_path(args.eval_only)
-    state_dict = torch.load(path, map_location="cpu", weights_only=True)
-    state_dict = state_dict if path.endswith(".cleanrl_model") else state_dict["q_network"]
-    if not isinstance(state_dict, dict) or "atoms" not in state_dict:
-        fail(f"{path} does not hold a c51_atari.py model")
     probe = runtime.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
-    return QNetwork(n_actions, state_dict["atoms"])
+    return QNetwork(n_actions, atoms)
 
 
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        runtime.eval_only(args, "q_network", lambda: make_q_network(args), evaluate)
+        runtime.eval_only(args, "q_network", lambda saved: make_q_network(args, saved["q_network"]["atoms"]), evaluate)
     check_off_policy_args(args)
     if args.n_atoms < 2 or not args.v_min < args.v_max:
         fail(f"the support needs --n-atoms >= 2 and --v-min < --v-max, got {args.n_atoms}, {args.v_min}, {args.v_max}")

@@ -191,7 +191,7 @@ def make_q_network(args: Args) -> QNetwork:
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        runtime.eval_only(args, "q_network", lambda: make_q_network(args), evaluate)
+        runtime.eval_only(args, "q_network", lambda _: make_q_network(args), evaluate)
     check_off_policy_args(args)
     if args.save_buffer and not args.save_model:
         fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")

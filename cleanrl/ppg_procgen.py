@@ -91,6 +91,10 @@ class Args(RunArgs):
     """the number of chunks each auxiliary minibatch is split into, accumulating their gradients before one
     optimizer step (less memory, same update)"""
 
+    def run_env_id(self) -> str:
+        """Runs are filed under the envpool id (runs/StarpilotEasy-v0__...), so `--resume auto` finds them."""
+        return procgen_id(self)
+
 
 def derive_sizes(args: Args) -> tuple[int, int, int, int]:
     """Batch sizes and phase count follow from the flags; they are checked here, never set by hand.
@@ -381,9 +385,10 @@ def evaluate(policy: PolicyNetwork, args: Args, run_name: str, device: torch.dev
     return returns[: args.eval_episodes]
 
 
-def make_policy(args: Args) -> PolicyNetwork:
-    """An untrained policy for --eval-only, which loads the saved weights into it. args.env_id becomes the envpool
-    id here, so the evaluation's summary line names the distribution it ran on."""
+def make_policy(args: Args, saved: dict) -> PolicyNetwork:
+    """An untrained policy for --eval-only, which loads the saved weights into it. A checkpoint brings its
+    --distribution-mode; args.env_id becomes the envpool id, so the eval line names the distribution it ran on."""
+    args.distribution_mode = saved["args"]["distribution_mode"] if "args" in saved else args.distribution_mode
     args.env_id = procgen_id(args)
     probe = make_envs(args.env_id, 1, args.seed)
     policy = PolicyNetwork(probe.single_observation_space.shape, int(probe.single_action_space.n))
@@ -391,22 +396,10 @@ def make_policy(args: Args) -> PolicyNetwork:
     return policy
 
 
-# TODO(runtime): a run is named, and `--resume auto` finds it, after the envpool id (runs/StarpilotEasy-v0__...),
-# while the flags and checkpoints keep --env-id as given (starpilot); runtime.run_prefix knows args.env_id only, so
-# this script puts its own in place (a RunArgs method naming the id a run is filed under would do).
-def run_prefix(args: Args) -> str:
-    return f"{procgen_id(args)}__{args.exp_name}__{args.seed}__"
-
-
 if __name__ == "__main__":
-    runtime.run_prefix = run_prefix
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        # TODO(runtime): eval_only takes the env id from a checkpoint but not its --distribution-mode
-        path = runtime.saved_model_path(args.eval_only)
-        if not path.endswith(".cleanrl_model"):
-            args.distribution_mode = runtime.load_checkpoint(path, "ppg_procgen.py")["args"]["distribution_mode"]
-        runtime.eval_only(args, "policy", lambda: make_policy(args), evaluate)
+        runtime.eval_only(args, "policy", lambda saved: make_policy(args, saved), evaluate)
     env_id = procgen_id(args)  # before any other check, as a missing Qt runtime fails here
     batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
     num_iterations = num_phases * args.n_iteration

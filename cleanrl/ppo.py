@@ -170,7 +170,7 @@ def make_agent(env_id: str) -> Agent:
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        runtime.eval_only(args, "agent", lambda: make_agent(args.env_id), evaluate)
+        runtime.eval_only(args, "agent", lambda _: make_agent(args.env_id), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     runtime.probe_env(args.env_id, gym.spaces.Discrete, "ppo.py").close()
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
@@ -354,6 +354,7 @@ if __name__ == "__main__":
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
         # out: it is legitimately NaN when the returns have zero variance.)
         run.check_finite(losses, global_step, f"iteration {iteration}")
-        run.end_of_iteration(iteration, global_step, next_obs)  # progress; checkpoint every --checkpoint-frequency or on SIGTERM
+        # progress; a checkpoint every --checkpoint-frequency iterations, and on SIGINT/SIGTERM a checkpoint and exit 0
+        run.end_of_iteration(iteration, global_step, next_obs)
 
     run.finish(global_step, next_obs, model=agent, evaluate=lambda: evaluate(agent, args, run.name, device))

@@ -207,7 +207,7 @@ def make_agent(args: Args) -> Agent:
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        runtime.eval_only(args, "agent", lambda: make_agent(args), evaluate)
+        runtime.eval_only(args, "agent", lambda _: make_agent(args), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     check_env(args)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)

@@ -20,12 +20,9 @@ Run:
 """
 
 import atexit
-import contextlib
 import hashlib
-import io
 import os
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Literal, Optional
 
 import numpy as np
@@ -300,38 +297,7 @@ def make_agent(args: Args) -> Agent:
     return Agent(n_actions)
 
 
-# ---- torchrun set-up: what no variant changes ----
-# TODO(runtime): distributed_env, parse_args_on_every_rank, per_rank_states and the process-group set-up in the
-# main block are run machinery for any script launched by torchrun (runtime.start already takes rank=).
-def distributed_env() -> tuple[int, int, int, int]:
-    """(rank, local_rank, node_rank, world_size) from the variables torchrun sets; plain `python` is rank 0 of 1.
-
-    RANK is the global rank, unique over all machines; LOCAL_RANK only numbers the processes of one machine (every
-    machine has a LOCAL_RANK 0) and so picks the GPU, never the role. GROUP_RANK is the machine's index
-    (--node-rank), used only in the start-up line."""
-    try:
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        node_rank = int(os.environ.get("GROUP_RANK", "0"))
-    except ValueError as e:
-        fail(f"bad torchrun environment variable: {e}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        fail(f"RANK={rank} and WORLD_SIZE={world_size} are inconsistent")
-    return rank, local_rank, node_rank, world_size
-
-
-def parse_args_on_every_rank(rank: int) -> tuple[Args, Optional[dict]]:
-    """runtime.parse_args on every rank before the process group forms: every rank reads the same flags and the same
-    checkpoint (runs/ is shared), so all ranks end alike; only rank 0 prints why (a bad --resume: exit 1 on every
-    rank; a finished run that `auto` found: exit 0 on every rank, so torchrun does not restart it)."""
-    try:
-        with contextlib.redirect_stdout(io.StringIO()) if rank != 0 else contextlib.nullcontext():
-            return runtime.parse_args(Args)
-    except SystemExit as e:
-        raise SystemExit(e.code if rank == 0 else (0 if e.code in (0, None) else 1)) from None
-
-
+# ---- torchrun set-up ----
 def per_rank_states(envs, world_size: int, save_model: bool) -> dict:
     """Every rank's generators and env state (None for Atari), for rank 0's checkpoint (with --save-model): they
     replace the run's own "rng" and "envs" entries with lists indexed by rank (each rank resumes its own streams)."""
@@ -342,11 +308,11 @@ def per_rank_states(envs, world_size: int, save_model: bool) -> dict:
 
 
 if __name__ == "__main__":
-    rank, local_rank, node_rank, world_size = distributed_env()
-    args, checkpoint = parse_args_on_every_rank(rank)
+    rank, local_rank, node_rank, world_size = runtime.torchrun_env()
+    args, checkpoint = runtime.parse_args(Args, rank)  # on every rank, before the process group forms
     if args.eval_only is not None:
         # evaluation runs in this one process (no process group), even under torchrun
-        runtime.eval_only(args, "agent", lambda: make_agent(args), evaluate)
+        runtime.eval_only(args, "agent", lambda _: make_agent(args), evaluate)
     # Everything that can be wrong with the input is checked before the process group forms and before the run
     # directory exists. Every rank checks the same flags, so all ranks fail alike, before any of them waits.
     envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
@@ -384,8 +350,8 @@ if __name__ == "__main__":
     # seeded seed, ..., seed + num_envs - 1, as if one process stepped all num_envs of them.
     runtime.seed_everything(args.seed + rank, args.torch_deterministic)
     env_seed = args.seed + rank * envs_per_rank
-    print(f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
-          f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}", flush=True)
+    runtime.say(f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
+                f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}")
 
     # env setup: this rank's share of the environments; only rank 0 records video
     envs = runtime.make_atari_envs(args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0,
@@ -588,15 +554,14 @@ if __name__ == "__main__":
         # the replicas' parameters are identical, so every rank finds the same answer without a collective and all
         # stop together. (The explained variance may legitimately be NaN.)
         run.check_finite(losses, global_step, f"iteration {iteration}")
-        # TODO(runtime): end_of_iteration gets the ranks' joint stop decision, not this rank's own signal (one that
-        # arrives after the all-reduce waits for the next update), and every rank's generators for the checkpoint.
-        joint = (run.stop.received or "a signal to another rank") if logged[7] > 0 else None
-        signals, run.stop = run.stop, SimpleNamespace(received=joint)
-        run.end_of_iteration(iteration, global_step, next_obs, **per_rank_states(envs, world_size, args.save_model))
-        run.stop = signals
+        # All ranks stop together, on the all-reduced flag (a signal that arrives after the all-reduce waits for the
+        # next update); the checkpoint holds every rank's generators.
+        stop = (run.stop.received or "a signal to another rank") if logged[7] > 0 else None
+        run.end_of_iteration(iteration, global_step, next_obs, stop=stop,
+                             **per_rank_states(envs, world_size, args.save_model))
 
     run.finish(global_step, next_obs, model=agent, evaluate=lambda: evaluate(agent, args, run.name, device),
                **per_rank_states(envs, world_size, args.save_model))
     # one line per rank: equal checksums on all ranks mean the replicas never drifted apart
-    print(f"rank {rank}/{world_size}: {rank_games} games finished, parameter checksum {parameter_checksum(agent)}",
-          flush=True)
+    runtime.say(f"rank {rank}/{world_size}: {rank_games} games finished, "
+                f"parameter checksum {parameter_checksum(agent)}")

@@ -16,7 +16,9 @@ evaluates); this module holds what stands around it, in this order:
 docs/saving-resuming.md says what the checkpoints guarantee.
 """
 
+import contextlib
 import glob
+import io
 import json
 import math
 import os
@@ -80,6 +82,10 @@ class RunArgs:
     cudagraphs: bool = False
     """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
 
+    def run_env_id(self) -> str:
+        """The env id a run is filed under (a script whose --env-id is a short name may name the full id)."""
+        return self.env_id
+
 
 # Flags that leave a run's course unchanged, so a resumed run may give them anew. --compile and --amp change
 # speed (and float rounding) only; --cudagraphs is not among them: a resumed optimizer keeps its capturable setting.
@@ -94,14 +100,31 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
 
 
+def say(message: str) -> None:
+    """Print one line to stdout in one write, so the lines of several processes (torchrun ranks sharing a log)
+    never break into each other, and flush it, so a log shows it at once."""
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
 def script_name(args_cls) -> str:
     """The file name of the script that defines args_cls (the name its checkpoints carry)."""
     return os.path.basename(sys.modules[args_cls.__module__].__file__)
 
 
-def parse_args(args_cls) -> tuple:
+def parse_args(args_cls, rank: int = 0) -> tuple:
     """Parse the command line into args_cls. With --resume, the run's own flags come from its checkpoint, with the
-    flags given again on top. Returns (args, checkpoint or None); the run flags are checked here."""
+    flags given again on top. Returns (args, checkpoint or None); the run flags are checked here.
+
+    Under torchrun every rank parses the same flags and reads the same checkpoint (runs/ is shared) before the
+    process group forms, so all ranks end alike; only rank 0 says why (exit 1 on bad input, exit 0 when `auto`
+    found a finished run, so torchrun does not restart it)."""
+    if rank != 0:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                return parse_args(args_cls)
+        except SystemExit as e:
+            raise SystemExit(0 if e.code in (0, None) else 1) from None
     args = tyro.cli(args_cls)
     if args.eval_only is not None:
         return args, None
@@ -121,7 +144,24 @@ def parse_args(args_cls) -> tuple:
 def run_prefix(args) -> str:
     """Runs are named {env_id}__{exp_name}__{seed}__{unix time}; "/" and ":" in env ids (ALE/Pong-v5,
     mymodule:Env-v0) become "-", so a run is always one directory under runs/."""
-    return f"{re.sub(r'[/:]', '-', args.env_id)}__{args.exp_name}__{args.seed}__"
+    return f"{re.sub(r'[/:]', '-', args.run_env_id())}__{args.exp_name}__{args.seed}__"
+
+
+def torchrun_env() -> tuple[int, int, int, int]:
+    """(rank, local_rank, node_rank, world_size) from the variables torchrun sets; plain `python` is rank 0 of 1.
+
+    RANK is the global rank, unique over all machines; LOCAL_RANK only numbers the processes of one machine (every
+    machine has a LOCAL_RANK 0) and so picks the GPU, never the role. GROUP_RANK is the machine's index."""
+    try:
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        node_rank = int(os.environ.get("GROUP_RANK", "0"))
+    except ValueError as e:
+        fail(f"bad torchrun environment variable: {e}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        fail(f"RANK={rank} and WORLD_SIZE={world_size} are inconsistent")
+    return rank, local_rank, node_rank, world_size
 
 
 def seed_everything(seed: int, torch_deterministic: bool) -> None:
@@ -157,7 +197,8 @@ def probe_env(env_id: str, action_space: type, script: str, finite_actions: bool
         if finite_actions and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             fail(f"{env_id} has unbounded action space {space}; {script} needs finite low and high bounds")
         if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
-            fail(f"{env_id} has observation space {env.observation_space}; {script} supports flat Box observations only")
+            fail(f"{env_id} has observation space {env.observation_space}; "
+                 f"{script} supports flat Box observations only")
     return env
 
 
@@ -181,13 +222,13 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
             writer = SummaryWriter(f"runs/{name}")
             writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
                 f"|{key}|{value}|" for key, value in vars(args).items()))
-            print(f"run directory: runs/{name}", flush=True)
+            say(f"run directory: runs/{name}")
         else:
             # purge_step drops what the interrupted process logged after its last checkpoint, so curves do not
             # overlap; with --track the resumed process is a new W&B run of the same name
             writer = SummaryWriter(f"runs/{name}", purge_step=checkpoint["global_step"] + 1)
-            print(f"run directory: runs/{name}; resuming {name} after iteration {checkpoint['iteration']} "
-                  f"(global step {checkpoint['global_step']})", flush=True)
+            say(f"run directory: runs/{name}; resuming {name} after iteration {checkpoint['iteration']} "
+                  f"(global step {checkpoint['global_step']})")
     seed_everything(args.seed, args.torch_deterministic)
     device = pick_device(args, local_rank)
     return Run(args, script, name, writer, device, checkpoint, num_iterations, steps_per_iteration, rank)
@@ -239,7 +280,7 @@ def find_resume_checkpoint(args, script: str) -> Optional[dict]:
         checkpoint = load_checkpoint(newest, script)
         if checkpoint["finished"]:
             # a restart after the run ended (say, during the final evaluation) must not train it again
-            print(f"{os.path.dirname(newest)} has already finished; nothing to resume")
+            say(f"{os.path.dirname(newest)} has already finished; nothing to resume")
             raise SystemExit(0)
         return checkpoint
     path = checkpoint_path_of(args.resume)
@@ -336,16 +377,21 @@ def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
 
 
 def state_of(obj):
-    """A checkpoint entry for a stateful object: a state_dict, or a numpy Generator's state as JSON text (its
-    128-bit integers fit no tensor, and text loads with weights_only)."""
+    """A checkpoint entry for a stateful object: a state_dict, a tensor (a learned scalar such as SAC's log alpha),
+    or a numpy Generator's state as JSON text (its 128-bit integers fit no tensor; text loads with weights_only)."""
     if isinstance(obj, np.random.Generator):
         return json.dumps(obj.bit_generator.state)
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
     return obj.state_dict()
 
 
 def load_state_of(obj, state) -> None:
     if isinstance(obj, np.random.Generator):
         obj.bit_generator.state = json.loads(state)
+    elif isinstance(obj, torch.Tensor):
+        with torch.no_grad():
+            obj.copy_(state)
     else:
         obj.load_state_dict(state)
 
@@ -362,7 +408,8 @@ def save_checkpoint(checkpoint: dict, path: str) -> None:
 
 
 def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
-    """The first non-finite quantity, or None: a loss (a float already on the host for logging) or a parameter.
+    """The first non-finite quantity, or None: a loss (a float already on the host for logging), a parameter of a
+    module, or a learned tensor (the values of `modules` are nn.Modules or tensors).
 
     All parameters are checked by one isfinite over their concatenation with one host sync; only when that
     fails are they searched one by one for the name.
@@ -370,14 +417,12 @@ def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
     for name, value in losses.items():
         if not math.isfinite(value):
             return f"{name} ({value})"
-    params = [p.detach().reshape(-1) for module in modules.values() for p in module.parameters()]
-    if not params or bool(torch.isfinite(torch.cat(params)).all()):
+    named = [(f"{key}.{name}", p) for key, m in modules.items() if isinstance(m, nn.Module)
+             for name, p in m.named_parameters()]
+    named += [(key, t) for key, t in modules.items() if isinstance(t, torch.Tensor)]
+    if not named or bool(torch.isfinite(torch.cat([p.detach().reshape(-1) for _, p in named])).all()):
         return None
-    for module_name, module in modules.items():
-        for name, p in module.named_parameters():
-            if not bool(torch.isfinite(p).all()):
-                return f"parameter {module_name}.{name}"
-    return "a parameter"
+    return next(f"parameter {name}" for name, p in named if not bool(torch.isfinite(p).all()))
 
 
 class StopSignal:
@@ -484,7 +529,7 @@ class Run:
         Checkpoints are taken between iterations, so nothing of a half-done iteration needs saving."""
         self.envs, self.state = envs, state
         if self.args.save_model and env_state(envs)[0] is None and self.rank == 0:
-            print(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
+            say(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
                   "a resumed run restarts its episodes")
         checkpoint = self.checkpoint
         if checkpoint is None:
@@ -537,13 +582,15 @@ class Run:
 
     def check_finite(self, losses: dict, global_step: int, where: str = "") -> None:
         """Stop in one line, saving nothing, when a loss or a parameter of the modules in `state` is NaN or inf."""
-        modules = {k: v for k, v in self.state.items() if isinstance(v, nn.Module)}
+        modules = {k: v for k, v in self.state.items() if isinstance(v, (nn.Module, torch.Tensor))}
         problem = find_non_finite(losses, modules)
         if problem is None:
             return
         self.progress.close()
         if self.writer is not None:
             self.writer.close()
+        if self.rank != 0:
+            raise SystemExit(1)  # rank 0 found the same (the replicas are identical) and says it
         kept = "so the last good checkpoint is kept" if self.saved_any else "and no checkpoint was saved before"
         fail(f"non-finite {problem} at global step {global_step}{f' ({where})' if where else ''}; "
              f"stopped without saving, {kept}")
@@ -563,22 +610,27 @@ class Run:
         self.saved_any = True
 
     def end_of_iteration(self, iteration: int, global_step: int, next_obs, update: Optional[int] = -1,
-                         **extra) -> None:
+                         stop: Optional[str] = "", **extra) -> None:
         """The safe point after each iteration: progress, the periodic checkpoint (every --checkpoint-frequency
         updates; `update` is this iteration's update count, None when it made no update, -1 for `iteration`),
-        and on SIGINT/SIGTERM a checkpoint (with --save-model) and exit 0. The last iteration goes on to finish()."""
+        and on SIGINT/SIGTERM a checkpoint (with --save-model) and exit 0. The last iteration goes on to finish().
+        `stop` overrides this process's own signal with a decision the script made (all torchrun ranks together:
+        None to go on, else what stopped them)."""
         self.progress.update(global_step, self.sps(global_step) or 0)
         if iteration >= self.num_iterations:
             return
+        stop = self.stop.received if stop == "" else stop
         update = iteration if update == -1 else update
-        periodic = update is not None and self.args.checkpoint_frequency > 0 and update % self.args.checkpoint_frequency == 0
-        if self.args.save_model and (self.stop.received or periodic):
+        every = self.args.checkpoint_frequency
+        periodic = update is not None and every > 0 and update % every == 0
+        if self.args.save_model and (stop or periodic):
             self.save(iteration, global_step, next_obs, finished=False, **extra)
-        if self.stop.received:
+        if stop:
             self.progress.close()
-            saved = f"checkpoint saved to {self.checkpoint_path}" if self.args.save_model else "no --save-model, no checkpoint"
+            saved = (f"checkpoint saved to {self.checkpoint_path}" if self.args.save_model
+                     else "no --save-model, no checkpoint")
             if self.rank == 0:
-                print(f"{self.stop.received}: stopped after global step {global_step}; {saved}", flush=True)
+                say(f"{stop}: stopped after global step {global_step}; {saved}")
             self.envs.close()
             self.close()
             raise SystemExit(0)
@@ -592,16 +644,15 @@ class Run:
             self.save(self.num_iterations, global_step, next_obs, finished=True, **extra)
             torch.save(model.state_dict() if isinstance(model, nn.Module) else
                        {k: m.state_dict() for k, m in model.items()}, self.model_path)
-            print(f"model saved to {self.model_path}")
+            say(f"model saved to {self.model_path}")
             returns = evaluate()
             for idx, episodic_return in enumerate(returns):
                 self.writer.add_scalar("eval/episodic_return", episodic_return, idx)
-            print(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
+            say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         if self.rank == 0:
             saved = f"; model {self.model_path}, checkpoint {self.checkpoint_path}" if self.args.save_model else ""
-            print(f"done: {global_step} steps in {time.time() - self.wall_start:.0f} s, mean return of the last "
-                  f"{len(self.progress.returns)} episodes {self.progress.recent_return()}; logs in {self.dir}{saved}",
-                  flush=True)
+            say(f"done: {global_step} steps in {time.time() - self.wall_start:.0f} s, mean return of the last "
+                  f"{len(self.progress.returns)} episodes {self.progress.recent_return()}; logs in {self.dir}{saved}")
         self.close()
 
     def close(self) -> None:
@@ -621,36 +672,36 @@ def saved_model_path(path: str) -> str:
     return path
 
 
-def eval_only(args, model_key: str, make_model: Callable[[], nn.Module], evaluate: Callable) -> NoReturn:
+def eval_only(args, model_key: str, make_model: Callable[[dict], nn.Module], evaluate: Callable) -> NoReturn:
     """Load the model that --eval-only names, evaluate it with evaluate(model, args, name, device), print the
     mean and std return, exit 0. A checkpoint (or a run directory holding one) brings its own env id and holds the
-    model under `model_key`; a bare .cleanrl_model (a state dict, or a dict of them with `model_key` among its
-    keys) is evaluated on --env-id. make_model() builds the network for args.env_id."""
+    model under `model_key`; a .cleanrl_model (a state dict, or a dict of them with `model_key` among its keys) is
+    evaluated on --env-id. make_model(saved) builds the network for args.env_id; `saved` is the checkpoint, or the
+    .cleanrl_model's dict of state dicts, for what else shapes the network."""
     script = script_name(type(args))
     path = saved_model_path(args.eval_only)
     if path.endswith(".cleanrl_model"):
         try:
-            state_dict = torch.load(path, map_location="cpu", weights_only=True)
+            saved = torch.load(path, map_location="cpu", weights_only=True)
         except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
             fail(f"cannot read model {path}: {first_line(e)}")
-        if isinstance(state_dict, dict) and isinstance(state_dict.get(model_key), dict):
-            state_dict = state_dict[model_key]
+        if not (isinstance(saved, dict) and isinstance(saved.get(model_key), dict)):
+            saved = {model_key: saved}
         name = os.path.basename(os.path.dirname(os.path.abspath(path)))
     else:
-        checkpoint = load_checkpoint(path, script)
-        state_dict, name = checkpoint[model_key], checkpoint["run_name"]
-        args.env_id = checkpoint["args"]["env_id"]
+        saved = load_checkpoint(path, script)
+        name, args.env_id = saved["run_name"], saved["args"]["env_id"]
     if args.eval_episodes < 1:
         fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
-    model = make_model()
     try:
-        model.load_state_dict(state_dict)
+        model = make_model(saved)
+        model.load_state_dict(saved[model_key])
     except (RuntimeError, TypeError, AttributeError, KeyError) as e:
         fail(f"{path} does not hold a {script} model for {args.env_id}: {first_line(e)}")
     seed_everything(args.seed, args.torch_deterministic)
     device = pick_device(args)
     returns = evaluate(model.to(device), args, name, device)
-    print(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} "
+    say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} "
           f"over {len(returns)} episodes of {args.env_id}")
     raise SystemExit(0)
 
@@ -745,7 +796,8 @@ class ReplayBuffer(MemoryState):
     Memory: 2 * buffer_size observations (s and s' both stored) + actions + 8 bytes per transition.
     """
 
-    def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device, seed: int):
+    def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
+                 seed: int):
         self.buffer_size = buffer_size
         self.device = device
         self.rng = np.random.default_rng(seed)
@@ -760,7 +812,8 @@ class ReplayBuffer(MemoryState):
     def __len__(self) -> int:
         return self.buffer_size if self.full else self.pos
 
-    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminations: np.ndarray) -> None:
+    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            terminations: np.ndarray) -> None:
         """Store one step of every environment: arrays with a leading (num_envs,) axis."""
         n = len(obs)
         idx = (self.pos + np.arange(n)) % self.buffer_size
@@ -881,7 +934,8 @@ class FrameReplayBuffer(MemoryState):
     def _stack_slots(self, slots: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         return (slots[:, None] + offsets[None, :]) % self.capacity
 
-    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminations: np.ndarray) -> None:
+    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            terminations: np.ndarray) -> None:
         """Store one step of every env: obs and next_obs (num_envs, stack, H, W), the others (num_envs,)."""
         stack_offsets = np.arange(-self.stack + 1, 1)
         for env in range(self.num_envs):

@@ -2,13 +2,24 @@
 the action-space checks shared by the continuous off-policy family (end-to-end runs are in
 test_continuous_offpolicy.py)."""
 
+from types import SimpleNamespace
+from unittest import mock
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from cleanrl.ddpg_continuous_action import Actor, QNetwork, check_spaces, exploration_actions, soft_update
+import runtime
+from cleanrl.ddpg_continuous_action import Actor, QNetwork, exploration_actions, soft_update
 from tests.helpers import assert_compile_parity, values
+
+
+def check_spaces(env_id, observation_space, action_space, script):
+    """The space checks, now in runtime.probe_env, on an environment with these spaces."""
+    env = SimpleNamespace(observation_space=observation_space, action_space=action_space)
+    with mock.patch.object(gym, "make", lambda _: env):
+        runtime.probe_env(env_id, gym.spaces.Box, script, finite_actions=True)
 
 
 def test_soft_update_moves_the_target_by_exactly_tau():

@@ -6,7 +6,7 @@ import io
 import json
 import math
 import os
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -75,13 +75,18 @@ def test_generator_and_buffer_state_round_trip():
         smaller.load_state_dict(roundtrip(saved))
 
 
+@dataclass
+class EnvArgs(runtime.RunArgs):
+    env_id: str = "CartPole-v1"
+
+
 @pytest.mark.parametrize("env_id, prefix", [
     ("CartPole-v1", "CartPole-v1__ppo__3__"),
     ("ALE/Pong-v5", "ALE-Pong-v5__ppo__3__"),
     ("mymodule:custom/Env-v1", "mymodule-custom-Env-v1__ppo__3__"),
 ])
 def test_run_names_are_one_directory(env_id, prefix):
-    assert runtime.run_prefix(SimpleNamespace(env_id=env_id, exp_name="ppo", seed=3)) == prefix
+    assert runtime.run_prefix(EnvArgs(env_id=env_id, exp_name="ppo", seed=3)) == prefix
 
 
 def test_env_state_saves_classic_control_and_refuses_what_pickles_by_reconstruction():
