@@ -145,6 +145,40 @@ def compute_gae(
     return advantages, advantages + values
 
 
+def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Tensor, mb_logprobs: torch.Tensor,
+             mb_advantages: torch.Tensor, mb_returns: torch.Tensor, mb_values: torch.Tensor, args: Args):
+    """The PPO objective on one minibatch (all inputs (minibatch,)): returns (loss, pg_loss, v_loss, entropy_loss,
+    old_approx_kl, approx_kl, clipfrac); the loss is what the optimizer minimizes."""
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+
+    with torch.no_grad():
+        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+    if args.norm_adv:
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+    # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - mb_returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+    return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+
+
 def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Run the greedy policy for args.eval_episodes full episodes on fresh environments."""
     envs = runtime.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
@@ -220,35 +254,8 @@ if __name__ == "__main__":
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
         """One gradient step on one minibatch; returns the losses and diagnostics, detached."""
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions.long())
-        logratio = newlogprob - mb_logprobs
-        ratio = logratio.exp()
-
-        with torch.no_grad():
-            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-            old_approx_kl = (-logratio).mean()
-            approx_kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-
-        if args.norm_adv:
-            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-        # clipped surrogate objective, Eq. (7), Schulman et al. 2017
-        pg_loss1 = -mb_advantages * ratio
-        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-        newvalue = newvalue.view(-1)
-        if args.clip_vloss:
-            v_loss_unclipped = (newvalue - mb_returns) ** 2
-            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-            v_loss_clipped = (v_clipped - mb_returns) ** 2
-            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-        else:
-            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
-
-        entropy_loss = entropy.mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
-
+        loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = ppo_loss(
+            newlogprob, entropy, newvalue.view(-1), mb_logprobs, mb_advantages, mb_returns, mb_values, args)
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
