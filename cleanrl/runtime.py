@@ -1,20 +1,7 @@
 # docs: docs/contributing.md (what this module holds and why)
-"""The run machinery every script in cleanrl/ imports: what no variant of an algorithm changes.
-
-A script holds its algorithm (flags, networks, loss, rollout and update loops, what its checkpoint holds, how it
-evaluates); this module holds what stands around it, in this order:
-
-1. run flags: `RunArgs`, the base of every script's `Args` (CleanRL's names; tyro shows one flat --help)
-2. start-up: `parse_args` (flags, --resume), `start` (run directory, TensorBoard/W&B, seeds, device), `fail`
-3. checkpoints: what a run saves besides the script's own state (flags, steps, RNGs, env state), atomic writes
-4. `Run`: the handle a training loop talks to: restore, episodes, SPS, non-finite check, checkpoint/stop, finish
-5. --eval-only: `eval_only`
-6. speed: `check_speed_args`, `speed_up` (--compile, --cudagraphs)
-7. storage: `ReplayBuffer`, `FrameReplayBuffer` (Atari frames stored once), `true_next_obs`
-8. environments: classic control and MuJoCo, Atari (preprocessing, two backends), Procgen via envpool
-
-docs/saving-resuming.md says what the checkpoints guarantee.
-"""
+"""The run machinery every script in cleanrl/ imports: what no variant of an algorithm changes. In order: 1. run
+flags, 2. start-up, 3. checkpoints (docs/saving-resuming.md), 4. `Run`, the handle a training loop talks to,
+5. --eval-only, 6. speed, 7. replay memories, 8. environments (classic control, MuJoCo, Atari, Procgen)."""
 
 import contextlib
 import glob
@@ -43,7 +30,6 @@ from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
 from torch.utils.tensorboard import SummaryWriter
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # 1. Run flags
 @dataclass
 class RunArgs:
@@ -86,39 +72,28 @@ class RunArgs:
         """The env id a run is filed under (a script whose --env-id is a short name may name the full id)."""
         return self.env_id
 
-
 # Flags that leave a run's course unchanged, so a resumed run may give them anew. --compile and --amp change
 # speed (and float rounding) only; --cudagraphs is not among them: a resumed optimizer keeps its capturable setting.
 ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "progress_interval", "eval_episodes", "cuda",
                      "track", "wandb_project_name", "wandb_entity", "compile", "amp")
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # 2. Start-up. Everything that can be wrong with the input is checked before the run directory exists.
 def fail(message: str) -> NoReturn:
-    """Stop with a one-line error and exit status 1."""
     raise SystemExit(f"error: {message}")
 
-
 def say(message: str) -> None:
-    """Print one line to stdout in one write, so the lines of several processes (torchrun ranks sharing a log)
-    never break into each other, and flush it, so a log shows it at once."""
+    """Print one line in one write, flushed, so the lines of torchrun ranks sharing a log never interleave."""
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
-
 
 def script_name(args_cls) -> str:
     """The file name of the script that defines args_cls (the name its checkpoints carry)."""
     return os.path.basename(sys.modules[args_cls.__module__].__file__)
 
-
 def parse_args(args_cls, rank: int = 0) -> tuple:
-    """Parse the command line into args_cls. With --resume, the run's own flags come from its checkpoint, with the
-    flags given again on top. Returns (args, checkpoint or None); the run flags are checked here.
-
-    Under torchrun every rank parses the same flags and reads the same checkpoint (runs/ is shared) before the
-    process group forms, so all ranks end alike; only rank 0 says why (exit 1 on bad input, exit 0 when `auto`
-    found a finished run, so torchrun does not restart it)."""
+    """(args, checkpoint or None); with --resume the checkpoint's flags, the given ones on top. All torchrun ranks
+    parse alike (runs/ is shared); only rank 0 says why (exit 1; exit 0, no restart, if `auto` finds a run done)."""
     if rank != 0:
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -140,29 +115,21 @@ def parse_args(args_cls, rank: int = 0) -> tuple:
     check_speed_args(args)
     return args, checkpoint
 
-
 def run_prefix(args) -> str:
-    """Runs are named {env_id}__{exp_name}__{seed}__{unix time}; "/" and ":" in env ids (ALE/Pong-v5,
-    mymodule:Env-v0) become "-", so a run is always one directory under runs/."""
+    """Runs are named {env_id}__{exp_name}__{seed}__{unix time}, "/" and ":" made "-": one directory under runs/."""
     return f"{re.sub(r'[/:]', '-', args.run_env_id())}__{args.exp_name}__{args.seed}__"
 
-
 def torchrun_env() -> tuple[int, int, int, int]:
-    """(rank, local_rank, node_rank, world_size) from the variables torchrun sets; plain `python` is rank 0 of 1.
-
-    RANK is the global rank, unique over all machines; LOCAL_RANK only numbers the processes of one machine (every
-    machine has a LOCAL_RANK 0) and so picks the GPU, never the role. GROUP_RANK is the machine's index."""
+    """(rank, local_rank, node_rank, world_size) from torchrun's variables; plain `python` is rank 0 of 1.
+    RANK is global and unique; LOCAL_RANK numbers one machine's processes, so it picks the GPU, never the role."""
     try:
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        node_rank = int(os.environ.get("GROUP_RANK", "0"))
+        world_size, rank, local_rank, node_rank = (int(os.environ.get(k, d)) for k, d in (
+            ("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("GROUP_RANK", "0")))
     except ValueError as e:
         fail(f"bad torchrun environment variable: {e}")
     if world_size < 1 or not 0 <= rank < world_size:
         fail(f"RANK={rank} and WORLD_SIZE={world_size} are inconsistent")
     return rank, local_rank, node_rank, world_size
-
 
 def seed_everything(seed: int, torch_deterministic: bool) -> None:
     random.seed(seed)
@@ -170,16 +137,13 @@ def seed_everything(seed: int, torch_deterministic: bool) -> None:
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = torch_deterministic
 
-
 def pick_device(args, local_rank: int = 0) -> torch.device:
-    """CUDA when available and wanted, else the CPU with one torch thread: the small networks here gain nothing
-    from intra-op threads, and a second thread stalls when the other core is busy (measured 3-40x slower)."""
+    """CUDA when available and wanted, else the CPU with one torch thread (more stall on a busy core: 3-40x slower)."""
     if args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     torch.set_num_threads(1)
     return torch.device("cpu")
-
 
 def probe_env(env_id: str, action_space: type, script: str, finite_actions: bool = False) -> gym.Env:
     """One environment, built to check the id and its spaces before any work starts; fails in one line."""
@@ -187,7 +151,7 @@ def probe_env(env_id: str, action_space: type, script: str, finite_actions: bool
         env = gym.make(env_id)
     except gym.error.Error as e:
         fail(f"cannot make environment {env_id!r}: {e}")
-    space = env.action_space
+    space, obs_space = env.action_space, env.observation_space
     kind = "Discrete" if action_space is gym.spaces.Discrete else "Box (continuous)"
     if not isinstance(space, action_space):
         fail(f"{env_id} has action space {space}; {script} supports {kind} actions only")
@@ -196,59 +160,43 @@ def probe_env(env_id: str, action_space: type, script: str, finite_actions: bool
             fail(f"{env_id} has action shape {space.shape}; {script} supports 1-D Box actions only")
         if finite_actions and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             fail(f"{env_id} has unbounded action space {space}; {script} needs finite low and high bounds")
-        if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
-            fail(f"{env_id} has observation space {env.observation_space}; "
-                 f"{script} supports flat Box observations only")
+        if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+            fail(f"{env_id} has observation space {obs_space}; {script} supports flat Box observations only")
     return env
-
 
 def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_iteration: int, rank: int = 0,
           local_rank: int = 0) -> "Run":
-    """Open the run: its directory and TensorBoard log (a resumed run continues its own), W&B with --track,
-    seeds, device. Only rank 0 logs, prints and saves."""
-    script = script_name(type(args))
-    if checkpoint is None:
-        name = run_prefix(args) + str(int(time.time()))
-    else:
-        name = checkpoint["run_name"]
+    """Open the run: directory and TensorBoard log (a resumed run continues its own), W&B, seeds, device."""
+    name = run_prefix(args) + str(int(time.time())) if checkpoint is None else checkpoint["run_name"]
     writer = None
     if rank == 0:
         if args.track:
             import wandb
-
             wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                        config=vars(args), name=name, save_code=True)
+        # resumed: purge_step drops what was logged after the last checkpoint; with --track, a new W&B run (same name)
+        writer = SummaryWriter(f"runs/{name}", purge_step=None if checkpoint is None else checkpoint["global_step"] + 1)
         if checkpoint is None:
-            writer = SummaryWriter(f"runs/{name}")
             writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
                 f"|{key}|{value}|" for key, value in vars(args).items()))
-            say(f"run directory: runs/{name}")
-        else:
-            # purge_step drops what the interrupted process logged after its last checkpoint, so curves do not
-            # overlap; with --track the resumed process is a new W&B run of the same name
-            writer = SummaryWriter(f"runs/{name}", purge_step=checkpoint["global_step"] + 1)
-            say(f"run directory: runs/{name}; resuming {name} after iteration {checkpoint['iteration']} "
-                  f"(global step {checkpoint['global_step']})")
+        say(f"run directory: runs/{name}" + ("" if checkpoint is None else f"; resuming {name} after iteration "
+                                              f"{checkpoint['iteration']} (global step {checkpoint['global_step']})"))
     seed_everything(args.seed, args.torch_deterministic)
-    device = pick_device(args, local_rank)
-    return Run(args, script, name, writer, device, checkpoint, num_iterations, steps_per_iteration, rank)
+    return Run(args, script_name(type(args)), name, writer, pick_device(args, local_rank), checkpoint, num_iterations,
+               steps_per_iteration, rank)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # 3. Checkpoints. One dict written by torch.save that loads with torch.load(weights_only=True): the run's entries
 # (script, args, run_name, iteration, global_step, finished, rng, envs, next_obs) and the script's own state.
 def checkpoint_path_of(path: str) -> str:
     """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.pt")
+    path = os.path.join(path, "checkpoint.pt") if os.path.isdir(path) else path
     if not os.path.isfile(path):
         fail(f"no checkpoint at {path}")
     return path
 
-
 def first_line(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
-
 
 def load_checkpoint(path: str, script: str) -> dict:
     """Read a checkpoint on the CPU and check that this script wrote it."""
@@ -261,41 +209,31 @@ def load_checkpoint(path: str, script: str) -> dict:
         fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
     return checkpoint
 
-
 def find_resume_checkpoint(args, script: str) -> Optional[dict]:
-    """The checkpoint --resume names, or None for a fresh run (no --resume, or `auto` without a run).
-
-    `auto` looks only at the newest run directory of this env id, exp name and seed: an automatic restart
-    (torchrun --max-restarts, a retried batch job) reruns the same command line and continues that run;
-    if that run has finished, there is nothing to do and the process exits 0.
-    """
+    """The checkpoint --resume names, or None for a fresh run. `auto` (for automatic restarts of the same command)
+    continues the newest run of this env id, exp name and seed, if any; if it has finished, the process exits 0."""
     if args.resume is None:
         return None
-    if args.resume == "auto":
-        found = glob.glob(os.path.join("runs", glob.escape(run_prefix(args)) + "*", "checkpoint.pt"))
-        found = [p for p in found if os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1].isdigit()]
-        if not found:
-            return None
-        newest = max(found, key=lambda p: int(os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1]))
-        checkpoint = load_checkpoint(newest, script)
+    if args.resume != "auto":
+        path = checkpoint_path_of(args.resume)
+        checkpoint = load_checkpoint(path, script)
         if checkpoint["finished"]:
-            # a restart after the run ended (say, during the final evaluation) must not train it again
-            say(f"{os.path.dirname(newest)} has already finished; nothing to resume")
-            raise SystemExit(0)
+            fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
         return checkpoint
-    path = checkpoint_path_of(args.resume)
-    checkpoint = load_checkpoint(path, script)
-    if checkpoint["finished"]:
-        fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
+    found = glob.glob(os.path.join("runs", glob.escape(run_prefix(args)) + "*", "checkpoint.pt"))
+    started = {p: os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1] for p in found}
+    started = {p: int(t) for p, t in started.items() if t.isdigit()}
+    if not started:
+        return None
+    newest = max(started, key=started.get)
+    checkpoint = load_checkpoint(newest, script)
+    if checkpoint["finished"]:  # a restart after the run ended (say, in the final evaluation) must not train again
+        say(f"{os.path.dirname(newest)} has already finished; nothing to resume")
+        raise SystemExit(0)
     return checkpoint
 
-
 def resumed_args(args_cls, checkpoint: dict):
-    """The run's own flags from the checkpoint, with the flags given again on the command line on top.
-
-    Only flags that leave the run's course unchanged (ALLOWED_ON_RESUME) may differ: another env id, seed,
-    budget or learning rate would not continue the same run, so they fail in one line.
-    """
+    """The checkpoint's flags, the given ones on top; only ALLOWED_ON_RESUME may differ (else not the same run)."""
     try:
         saved = args_cls(**checkpoint["args"])
     except TypeError as e:
@@ -307,32 +245,22 @@ def resumed_args(args_cls, checkpoint: dict):
                                           for k in changed) + " when resuming")
     return args
 
-
 def rng_state() -> dict:
     """The global generators of python, numpy and torch (CPU and every visible GPU), as weights_only-safe types."""
     np_state = np.random.get_state(legacy=False)
-    return {
-        "python": random.getstate(),
-        "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
-        "numpy_pos": int(np_state["state"]["pos"]),
-        "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
+    return {"python": random.getstate(), "numpy_key": torch.as_tensor(np_state["state"]["key"].astype(np.int64)),
+            "numpy_pos": int(np_state["state"]["pos"]),
+            "numpy_gauss": (int(np_state["has_gauss"]), float(np_state["gauss"])), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state({
-        "bit_generator": "MT19937",
-        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
-        "has_gauss": state["numpy_gauss"][0],
-        "gauss": state["numpy_gauss"][1],
-    })
+    np.random.set_state({"bit_generator": "MT19937", "has_gauss": state["numpy_gauss"][0],
+                         "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
+                         "gauss": state["numpy_gauss"][1]})
     torch.set_rng_state(state["torch"])
     if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
-
 
 def vector_layers(envs: gym.vector.VectorEnv) -> list:
     """The vector wrappers from the outside in, then the vector env itself."""
@@ -341,30 +269,21 @@ def vector_layers(envs: gym.vector.VectorEnv) -> list:
         layers.append(layers[-1].env)
     return layers
 
-
 def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
-    """The vector env's whole state as one pickle, or (None, why not) when it cannot be captured faithfully.
-
-    For a SyncVectorEnv of pure-Python environments (classic control), every layer's attributes are pickled
-    except the env factories: the sub-envs with their wrappers (physical state, np_random generator,
-    TimeLimit's elapsed steps), the vector env's action-space RNG, RecordEpisodeStatistics' running counters
-    and any normalization statistics. Environments that pickle by re-construction (gymnasium's EzPickle:
-    MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused instead of restored wrongly.
-    """
+    """The vector env's whole state as one pickle, or (None, why not): for a SyncVectorEnv of pure-Python envs, every
+    layer's attributes but the env factories (sub-envs, wrappers, RNGs, elapsed steps, statistics). Envs that pickle
+    by re-construction (EzPickle: MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused."""
     layers = vector_layers(envs)
     if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
         return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
     for sub_env in layers[-1].envs:
         if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
             return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
-    # cloudpickle (a dependency of gymnasium) also pickles the closures some wrappers hold, such as ClipReward's;
-    # the result loads with plain pickle.
-    try:
+    try:  # cloudpickle also pickles the closures some wrappers hold (ClipReward's); the result loads with pickle
         state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
         return cloudpickle.dumps(state), ""
     except (pickle.PicklingError, AttributeError, TypeError) as e:
         return None, f"pickling failed: {e}"
-
 
 def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
     """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
@@ -375,16 +294,12 @@ def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
     for layer, saved in zip(layers, pickle.loads(state), strict=True):
         vars(layer).update(saved)
 
-
 def state_of(obj):
     """A checkpoint entry for a stateful object: a state_dict, a tensor (a learned scalar such as SAC's log alpha),
     or a numpy Generator's state as JSON text (its 128-bit integers fit no tensor; text loads with weights_only)."""
     if isinstance(obj, np.random.Generator):
         return json.dumps(obj.bit_generator.state)
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone()
-    return obj.state_dict()
-
+    return obj.detach().cpu().clone() if isinstance(obj, torch.Tensor) else obj.state_dict()
 
 def load_state_of(obj, state) -> None:
     if isinstance(obj, np.random.Generator):
@@ -395,25 +310,17 @@ def load_state_of(obj, state) -> None:
     else:
         obj.load_state_dict(state)
 
-
 def save_checkpoint(checkpoint: dict, path: str) -> None:
-    """Atomic write: the dict goes to path.tmp, is flushed to disk, then renamed over path (os.replace is atomic),
-    so a kill at any moment leaves the previous checkpoint or the new one, never a torn file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
+    """Atomic: write path.tmp, fsync, os.replace over path; a kill leaves the old or the new file, never a torn one."""
+    with open(f"{path}.tmp", "wb") as f:
         torch.save(checkpoint, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
-
+    os.replace(f"{path}.tmp", path)
 
 def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
-    """The first non-finite quantity, or None: a loss (a float already on the host for logging), a parameter of a
-    module, or a learned tensor (the values of `modules` are nn.Modules or tensors).
-
-    All parameters are checked by one isfinite over their concatenation with one host sync; only when that
-    fails are they searched one by one for the name.
-    """
+    """The first non-finite loss (a host float), parameter of an nn.Module or learned tensor in `modules`, or None.
+    One isfinite over all parameters concatenated (one host sync); only if it fails, a search for the name."""
     for name, value in losses.items():
         if not math.isfinite(value):
             return f"{name} ({value})"
@@ -424,11 +331,9 @@ def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
         return None
     return next(f"parameter {name}" for name, p in named if not bool(torch.isfinite(p).all()))
 
-
 class StopSignal:
-    """SIGINT (Ctrl-C) and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received` here; the
-    training loop reads it at its next safe point (the end of an iteration), saves a checkpoint and exits 0.
-    A second signal stops at once with the default action."""
+    """SIGINT and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received`; the training loop reads it
+    at its next safe point, saves a checkpoint and exits 0. A second signal stops at once (the default action)."""
 
     def __init__(self):
         self.received: Optional[str] = None
@@ -436,24 +341,20 @@ class StopSignal:
         signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame) -> None:
-        if self.received is not None:
+        if self.received is None:
+            self.received = signal.Signals(signum).name
+        else:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
-            return
-        self.received = signal.Signals(signum).name
-
 
 class Progress:
-    """Progress on stderr: steps, SPS and the mean of the last 20 episodic returns. On an interactive terminal one
-    self-rewriting line (at most 4 draws a second, so it can be called every step); elsewhere (a log file, nohup,
-    a batch job's log) a plain line every `interval` seconds. Nothing is drawn with --no-progress."""
+    """Steps, SPS and the mean of the last 20 returns on stderr: on a terminal one self-rewriting line (at most 4
+    draws a second, so it can be called every step), elsewhere (a log file) a plain line every `interval` s."""
 
     def __init__(self, total_steps: int, enabled: bool, interval: float):
         self.total_steps, self.enabled, self.interval = total_steps, enabled, interval
-        self.terminal = sys.stderr.isatty()
-        self.returns = deque(maxlen=20)
-        self.last_draw = time.monotonic()
-        self.drawn = False
+        self.terminal, self.returns = sys.stderr.isatty(), deque(maxlen=20)
+        self.last_draw, self.drawn = time.monotonic(), False
 
     def episode(self, episodic_return: float) -> None:
         self.returns.append(float(episodic_return))
@@ -462,12 +363,10 @@ class Progress:
         return f"{np.mean(self.returns):.1f}" if self.returns else "-"
 
     def update(self, global_step: int, sps: int) -> None:
-        now = time.monotonic()
-        last = global_step >= self.total_steps
-        if not self.enabled or now - self.last_draw < (0.25 if self.terminal else self.interval) and not last:
+        now, last = time.monotonic(), global_step >= self.total_steps
+        too_soon = not last and now - self.last_draw < (0.25 if self.terminal else self.interval)
+        if not self.enabled or too_soon or last and not self.terminal:  # off a terminal the summary line says the rest
             return
-        if last and not self.terminal:
-            return  # the summary line says the rest
         self.last_draw, self.drawn = now, True
         percent = 100 * global_step // self.total_steps
         if self.terminal:
@@ -485,32 +384,21 @@ class Progress:
             self.drawn = False
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # 4. The handle a training loop talks to
 class Run:
-    """One training run: name, TensorBoard writer, device, and the few calls a training loop makes.
-
-    restore() at the start, log_episodes() after env steps, start_clock()/log_sps() for throughput, check_finite()
-    when losses reach the host, end_of_iteration() at every safe point, finish() after the loop.
-    `state` maps checkpoint keys to the script's stateful objects (modules, optimizers, replay memories, numpy
-    Generators): what the script's checkpoint holds besides the run's own entries. An entry may be None (saved as
-    None, left as built on resume): for example a replay memory that only --save-buffer puts into checkpoints.
-    """
+    """One training run and the calls its loop makes. `state` maps checkpoint keys to the script's stateful objects;
+    an entry may be None (saved as None, left as built on resume), e.g. a replay memory only --save-buffer keeps."""
 
     def __init__(self, args, script, name, writer, device, checkpoint, num_iterations, steps_per_iteration, rank):
         self.args, self.script, self.name, self.writer, self.device = args, script, name, writer, device
         self.checkpoint, self.num_iterations, self.rank = checkpoint, num_iterations, rank
         self.dir = f"runs/{name}"
-        self.checkpoint_path = f"{self.dir}/checkpoint.pt"
-        self.model_path = f"{self.dir}/{args.exp_name}.cleanrl_model"
-        self.state: dict = {}
-        self.envs = None
-        self.stop = StopSignal()
+        self.checkpoint_path, self.model_path = f"{self.dir}/checkpoint.pt", f"{self.dir}/{args.exp_name}.cleanrl_model"
+        self.state, self.envs, self.stop = {}, None, StopSignal()
         self.progress = Progress(num_iterations * steps_per_iteration, args.progress and rank == 0,
                                  args.progress_interval)
-        self.wall_start = time.time()
+        self.wall_start, self.saved_any = time.time(), checkpoint is not None
         self.clock: Optional[tuple[float, int]] = None  # (time, global step) the SPS clock started at
-        self.saved_any = checkpoint is not None
 
     @property
     def global_step(self) -> int:
@@ -522,32 +410,26 @@ class Run:
         return default if self.checkpoint is None else self.checkpoint[key]
 
     def restore(self, envs, state: dict, seed: Optional[int]) -> tuple[np.ndarray, int, int]:
-        """Returns (first observation, first iteration, global step). A fresh run resets envs with `seed` (None:
-        envs seeded when built) and returns (obs, 1, 0). A resumed run loads every object in `state` from the
-        checkpoint, the envs' state where it was saved (else episodes restart, reset with seeds not used before:
-        seed + global step), and, last, the global RNGs, so the generators continue where the run left them.
-        Checkpoints are taken between iterations, so nothing of a half-done iteration needs saving."""
+        """(first obs, first iteration, global step). A fresh run resets envs with `seed` (None: seeded when built).
+        A resumed run (checkpoints fall between iterations) loads every object in `state`, the envs' state if saved
+        (else episodes restart with unused seeds: seed + global step) and, last, the global RNGs."""
         self.envs, self.state = envs, state
-        if self.args.save_model and env_state(envs)[0] is None and self.rank == 0:
+        if self.args.save_model and self.rank == 0 and env_state(envs)[0] is None:
             say(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
-                  "a resumed run restarts its episodes")
-        checkpoint = self.checkpoint
-        if checkpoint is None:
-            obs, _ = envs.reset(seed=seed) if seed is not None else envs.reset()
-            if seed is not None:
-                envs.action_space.seed(seed)
-            return obs, 1, 0
+                "a resumed run restarts its episodes")
+        checkpoint, step = self.checkpoint, self.global_step
         for key, obj in state.items():
-            if obj is not None and checkpoint[key] is not None:
+            if checkpoint is not None and obj is not None and checkpoint[key] is not None:
                 load_state_of(obj, checkpoint[key])
-        step = checkpoint["global_step"]
-        if checkpoint["envs"] is not None:
+        if checkpoint is not None and checkpoint["envs"] is not None:
             load_env_state(envs, checkpoint["envs"])
             obs = checkpoint["next_obs"].numpy()
         else:
             obs, _ = envs.reset(seed=seed + step) if seed is not None else envs.reset()
             if seed is not None:
                 envs.action_space.seed(seed + step)
+        if checkpoint is None:
+            return obs, 1, 0
         set_rng_state(checkpoint["rng"])
         return obs, checkpoint["iteration"] + 1, step
 
@@ -558,22 +440,18 @@ class Run:
 
     def log_episodes(self, infos: dict, global_step: int) -> np.ndarray:
         """Log the episodes that ended this step (RecordEpisodeStatistics' info["episode"]); returns their envs."""
-        if "episode" not in infos:
-            return np.empty(0, dtype=np.int64)
-        ended = np.flatnonzero(infos["_episode"])
+        ended = np.flatnonzero(infos["_episode"]) if "episode" in infos else np.empty(0, dtype=np.int64)
         for i in ended:
             self.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
         return ended
 
     def start_clock(self, global_step: int) -> None:
-        """SPS counts from here: call it after a warm-up (the first update), which holds --compile's compilation
-        or CUDA graph recording and, for off-policy scripts, the steps before learning starts."""
+        """SPS counts from here: after the warm-up (compilation, CUDA graph recording, steps before learning)."""
         self.clock = (time.time(), global_step)
 
     def sps(self, global_step: int) -> Optional[int]:
-        if self.clock is None or global_step <= self.clock[1]:
-            return None
-        return int((global_step - self.clock[1]) / max(time.time() - self.clock[0], 1e-9))
+        if self.clock is not None and global_step > self.clock[1]:
+            return int((global_step - self.clock[1]) / max(time.time() - self.clock[0], 1e-9))
 
     def log_sps(self, global_step: int) -> None:
         sps = self.sps(global_step)
@@ -582,13 +460,12 @@ class Run:
 
     def check_finite(self, losses: dict, global_step: int, where: str = "") -> None:
         """Stop in one line, saving nothing, when a loss or a parameter of the modules in `state` is NaN or inf."""
-        modules = {k: v for k, v in self.state.items() if isinstance(v, (nn.Module, torch.Tensor))}
-        problem = find_non_finite(losses, modules)
+        problem = find_non_finite(losses, {k: v for k, v in self.state.items()
+                                           if isinstance(v, (nn.Module, torch.Tensor))})
         if problem is None:
             return
         self.progress.close()
-        if self.writer is not None:
-            self.writer.close()
+        self.close()
         if self.rank != 0:
             raise SystemExit(1)  # rank 0 found the same (the replicas are identical) and says it
         kept = "so the last good checkpoint is kept" if self.saved_any else "and no checkpoint was saved before"
@@ -604,40 +481,34 @@ class Run:
             "script": self.script, "args": asdict(self.args), "run_name": self.name, "iteration": iteration,
             "global_step": global_step, "finished": finished, "rng": rng_state(), "envs": env_state(self.envs)[0],
             "next_obs": torch.as_tensor(next_obs).cpu(),
-        }
-        checkpoint.update({key: None if obj is None else state_of(obj) for key, obj in self.state.items()})
-        save_checkpoint(checkpoint | extra, self.checkpoint_path)
+        } | {key: None if obj is None else state_of(obj) for key, obj in self.state.items()} | extra
+        save_checkpoint(checkpoint, self.checkpoint_path)
         self.saved_any = True
 
     def end_of_iteration(self, iteration: int, global_step: int, next_obs, update: Optional[int] = -1,
                          stop: Optional[str] = "", **extra) -> None:
-        """The safe point after each iteration: progress, the periodic checkpoint (every --checkpoint-frequency
-        updates; `update` is this iteration's update count, None when it made no update, -1 for `iteration`),
-        and on SIGINT/SIGTERM a checkpoint (with --save-model) and exit 0. The last iteration goes on to finish().
-        `stop` overrides this process's own signal with a decision the script made (all torchrun ranks together:
-        None to go on, else what stopped them)."""
+        """The safe point after each iteration: progress, a checkpoint every --checkpoint-frequency updates (`update`:
+        this iteration's update count, None if none, -1 for `iteration`); on a signal, or a `stop` the script decided
+        (all torchrun ranks alike; None: go on), a checkpoint (--save-model) and exit 0; the last: finish()."""
         self.progress.update(global_step, self.sps(global_step) or 0)
         if iteration >= self.num_iterations:
             return
         stop = self.stop.received if stop == "" else stop
-        update = iteration if update == -1 else update
-        every = self.args.checkpoint_frequency
-        periodic = update is not None and every > 0 and update % every == 0
-        if self.args.save_model and (stop or periodic):
+        update, every = iteration if update == -1 else update, self.args.checkpoint_frequency
+        if self.args.save_model and (stop or update is not None and every > 0 and update % every == 0):
             self.save(iteration, global_step, next_obs, finished=False, **extra)
         if stop:
             self.progress.close()
-            saved = (f"checkpoint saved to {self.checkpoint_path}" if self.args.save_model
-                     else "no --save-model, no checkpoint")
             if self.rank == 0:
-                say(f"{stop}: stopped after global step {global_step}; {saved}")
+                say(f"{stop}: stopped after global step {global_step}; " + (
+                    f"checkpoint saved to {self.checkpoint_path}" if self.args.save_model
+                    else "no --save-model, no checkpoint"))
             self.envs.close()
             self.close()
             raise SystemExit(0)
 
     def finish(self, global_step: int, next_obs, model, evaluate: Callable[[], list], **extra) -> None:
-        """After the last iteration: with --save-model the final checkpoint, the model (a module's state dict, or
-        a dict of them) and its evaluation; then a one-line summary."""
+        """After the loop: with --save-model the final checkpoint, the model (state dict or dict of them), its eval."""
         self.progress.close()
         self.envs.close()
         if self.args.save_model and self.rank == 0:
@@ -652,7 +523,7 @@ class Run:
         if self.rank == 0:
             saved = f"; model {self.model_path}, checkpoint {self.checkpoint_path}" if self.args.save_model else ""
             say(f"done: {global_step} steps in {time.time() - self.wall_start:.0f} s, mean return of the last "
-                  f"{len(self.progress.returns)} episodes {self.progress.recent_return()}; logs in {self.dir}{saved}")
+                f"{len(self.progress.returns)} episodes {self.progress.recent_return()}; logs in {self.dir}{saved}")
         self.close()
 
     def close(self) -> None:
@@ -660,7 +531,6 @@ class Run:
             self.writer.close()
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # 5. --eval-only: evaluate a saved model without creating a run directory
 def saved_model_path(path: str) -> str:
     """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""
@@ -671,15 +541,11 @@ def saved_model_path(path: str) -> str:
         fail(f"no saved model at {path}")
     return path
 
-
 def eval_only(args, model_key: str, make_model: Callable[[dict], nn.Module], evaluate: Callable) -> NoReturn:
-    """Load the model that --eval-only names, evaluate it with evaluate(model, args, name, device), print the
-    mean and std return, exit 0. A checkpoint (or a run directory holding one) brings its own env id and holds the
-    model under `model_key`; a .cleanrl_model (a state dict, or a dict of them with `model_key` among its keys) is
-    evaluated on --env-id. make_model(saved) builds the network for args.env_id; `saved` is the checkpoint, or the
-    .cleanrl_model's dict of state dicts, for what else shapes the network."""
-    script = script_name(type(args))
-    path = saved_model_path(args.eval_only)
+    """Evaluate the model --eval-only names with evaluate(model, args, name, device), print mean and std, exit 0.
+    A checkpoint brings its env id and holds the model under `model_key`; a .cleanrl_model (a state dict, or a dict
+    of them, `model_key` among them) runs on --env-id. make_model(saved) builds the network for args.env_id."""
+    script, path = script_name(type(args)), saved_model_path(args.eval_only)
     if path.endswith(".cleanrl_model"):
         try:
             saved = torch.load(path, map_location="cpu", weights_only=True)
@@ -701,34 +567,25 @@ def eval_only(args, model_key: str, make_model: Callable[[dict], nn.Module], eva
     seed_everything(args.seed, args.torch_deterministic)
     device = pick_device(args)
     returns = evaluate(model.to(device), args, name, device)
-    say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} "
-          f"over {len(returns)} episodes of {args.env_id}")
+    say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes of "
+        f"{args.env_id}")
     raise SystemExit(0)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # 6. Speed: --compile and --cudagraphs wrap a script's hot functions; the math stays the same
 def check_speed_args(args) -> None:
-    on_cuda = args.cuda and torch.cuda.is_available()
+    on_cuda, compiler = args.cuda and torch.cuda.is_available(), os.environ.get("CXX", "g++")
     if args.cudagraphs and not on_cuda:
         fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
-    if args.compile and not on_cuda:
-        compiler = os.environ.get("CXX", "g++")
-        if shutil.which(compiler) is None:
-            fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
-
+    if args.compile and not on_cuda and shutil.which(compiler) is None:
+        fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
 
 def speed_up(fn: Callable, args) -> Callable:
-    """fn as it is, or wrapped for --compile (torch.compile) and --cudagraphs (CUDA graphs): the same math.
-
-    fn returns a tensor or a tuple of tensors. The first calls of a wrapped fn compile or record it, so SPS
-    starts its clock only after a warm-up.
-    """
+    """fn (returning a tensor or tuple of tensors), or it wrapped for --compile/--cudagraphs: the same math."""
     if not (args.compile or args.cudagraphs):
         return fn
     if args.compile:
-        # Random ops inside compiled code (action sampling) draw from torch's generator exactly as eager code
-        # does, so with one seed a compiled run samples what the plain run samples (the parity tests rely on it).
+        # compiled random ops (action sampling) draw from torch's generator as eager code does (parity tests rely on it)
         torch._inductor.config.fallback_random = True
         wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
     else:
@@ -737,176 +594,110 @@ def speed_up(fn: Callable, args) -> Callable:
         return wrapped
 
     def replay(*inputs):
-        # A CUDA graph writes its outputs to the same memory at every replay: mark the new step, and hand out
-        # copies, so outputs kept across calls (a minibatch's losses) are not overwritten by the next call.
+        # a CUDA graph reuses its output memory at each replay: mark the step, hand out copies it cannot overwrite
         torch.compiler.cudagraph_mark_step_begin()
         out = wrapped(*inputs)
         return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
-
     return replay
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 7. Storage: replay memories. A sample's `terminations` is 1 only when the successor is terminal (no bootstrap):
-# a time-limit truncation stores 0 and bootstraps from the true final observation.
+# 7. Storage: replay memories
 class ReplayBufferSamples(NamedTuple):
     observations: torch.Tensor  # (batch, *obs_shape)
     actions: torch.Tensor  # (batch, *action_shape), the action space's dtype (int64 for Discrete)
     next_observations: torch.Tensor  # (batch, *obs_shape), the true successor (final_obs at an episode end)
     rewards: torch.Tensor  # (batch,) float32
-    terminations: torch.Tensor  # (batch,) float32: 1 only when the successor is terminal (no bootstrap)
-
+    terminations: torch.Tensor  # (batch,) float32: 1 only if the successor is terminal; a truncation stores 0
 
 class MemoryState:
-    """state_dict()/load_state_dict() of a replay memory, for checkpoints (--save-buffer): each numpy array as a
-    tensor (the whole allocation, so the checkpoint is as large as the memory) and the integer bookkeeping (write
-    position, whether it wrapped, per-env newest slot and frame counts). The sampling Generator is left out: a
-    script saves it on its own, with or without the memory."""
+    """state_dict()/load_state_dict() of a replay memory (--save-buffer); the script saves the sampling Generator."""
 
     def state_dict(self) -> dict:
         state = {}
         for name, value in vars(self).items():
             if isinstance(value, np.ndarray):
                 state[name] = torch.from_numpy(value)
-            elif isinstance(value, (bool, np.bool_)):
-                state[name] = bool(value)
-            elif isinstance(value, (int, np.integer)):
-                state[name] = int(value)
+            elif isinstance(value, (bool, np.bool_, int, np.integer)):
+                state[name] = bool(value) if isinstance(value, (bool, np.bool_)) else int(value)
         return state
 
     def load_state_dict(self, state: dict) -> None:
         for name, value in state.items():
             current = getattr(self, name)
-            if isinstance(current, np.ndarray):
-                if tuple(value.shape) != current.shape:
-                    fail(f"the checkpoint's replay memory {name} has shape {tuple(value.shape)}, not {current.shape}")
-                current[...] = value.numpy()
-            else:
+            if not isinstance(current, np.ndarray):
                 setattr(self, name, value)
-
+            elif tuple(value.shape) != current.shape:
+                fail(f"the checkpoint's replay memory {name} has shape {tuple(value.shape)}, not {current.shape}")
+            else:
+                current[...] = value.numpy()
 
 class ReplayBuffer(MemoryState):
-    """A ring of the most recent `buffer_size` transitions, stored as numpy arrays, sampled uniformly.
-
-    A transition is (s, a, r, s', terminated). `s'` is the true successor of `s`: at an episode end it is
-    the final observation (info["final_obs"] under same-step autoreset, see `true_next_obs`), never the
-    first observation of the next episode. `terminated` = 1 means s' is terminal, so the target must not
-    bootstrap from it; a time-limit truncation stores 0 and bootstraps from the final observation.
-    Each `add` writes one transition per environment; when the ring is full the oldest are overwritten.
-    Memory: 2 * buffer_size observations (s and s' both stored) + actions + 8 bytes per transition.
-    """
+    """A ring of the last `buffer_size` transitions (s, a, r, s', terminated), sampled uniformly; s' is the true
+    successor (`true_next_obs`). Memory: 2 * buffer_size observations + actions + 8 bytes per transition."""
 
     def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
                  seed: int):
-        self.buffer_size = buffer_size
-        self.device = device
-        self.rng = np.random.default_rng(seed)
+        self.buffer_size, self.device, self.rng = buffer_size, device, np.random.default_rng(seed)
         self.observations = np.zeros((buffer_size, *observation_space.shape), dtype=observation_space.dtype)
         self.next_observations = np.zeros((buffer_size, *observation_space.shape), dtype=observation_space.dtype)
         self.actions = np.zeros((buffer_size, *action_space.shape), dtype=action_space.dtype)
         self.rewards = np.zeros(buffer_size, dtype=np.float32)
         self.terminations = np.zeros(buffer_size, dtype=np.float32)
-        self.pos = 0  # the next slot to write
-        self.full = False  # whether the ring has wrapped, so every slot holds a transition
+        self.pos, self.full = 0, False  # the next slot to write; whether the ring has wrapped (every slot holds one)
 
     def __len__(self) -> int:
         return self.buffer_size if self.full else self.pos
 
     def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
             terminations: np.ndarray) -> None:
-        """Store one step of every environment: arrays with a leading (num_envs,) axis."""
+        """Store one step of every env (arrays with a leading num_envs axis), overwriting the oldest when full."""
         n = len(obs)
         idx = (self.pos + np.arange(n)) % self.buffer_size
-        self.observations[idx] = obs
-        self.next_observations[idx] = next_obs
+        self.observations[idx], self.next_observations[idx] = obs, next_obs
         self.actions[idx] = np.asarray(actions).reshape((n, *self.actions.shape[1:]))
-        self.rewards[idx] = rewards
-        self.terminations[idx] = terminations
+        self.rewards[idx], self.terminations[idx] = rewards, terminations
         self.full = self.full or self.pos + n >= self.buffer_size
         self.pos = (self.pos + n) % self.buffer_size
 
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """`batch_size` transitions drawn uniformly with replacement, as tensors on the buffer's device."""
         idx = self.rng.integers(0, len(self), size=batch_size)
-
-        def to_tensor(a: np.ndarray) -> torch.Tensor:
-            return torch.as_tensor(a[idx], device=self.device)
-
-        return ReplayBufferSamples(
-            to_tensor(self.observations),
-            to_tensor(self.actions),
-            to_tensor(self.next_observations),
-            to_tensor(self.rewards),
-            to_tensor(self.terminations),
-        )
-
+        arrays = (self.observations, self.actions, self.next_observations, self.rewards, self.terminations)
+        return ReplayBufferSamples(*(torch.as_tensor(a[idx], device=self.device) for a in arrays))
 
 def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The successor of every env's last observation under same-step autoreset.
-
-    For an env whose episode ended (terminated or truncated) this step, `next_obs` is already the first
-    observation of its next episode; its true successor is info["final_obs"], masked by "_final_obs".
-    """
+    """The successor of every env's last observation under same-step autoreset: where an episode ended
+    (terminated or truncated), next_obs is the next episode's first; the true one is info["final_obs"]."""
     real_next_obs = next_obs.copy()
     if "final_obs" in infos:
         for i in np.flatnonzero(infos["_final_obs"]):
             real_next_obs[i] = infos["final_obs"][i]
     return real_next_obs
 
-
 class FrameReplayBuffer(MemoryState):
-    """Replay memory for frame-stacked observations that stores every frame once.
+    """Replay memory for frame-stacked observations (4 x 84 x 84 uint8) that stores every frame once: each env keeps
+    a ring of single frames; stacks are rebuilt at sample time. The transition in slot s has the observation
+    frames[s - stack + 1 .. s] and the next observation frames[s - stack + 2 .. s + 1]. Per step and env, `add` writes
+    the observation's `stack` frames as they are (padding included) unless it continues the ring (every ordinary
+    step, and after a lost life), so a sampled stack is what the agent saw and never mixes two games; then the next
+    observation's newest frame to slot s + 1 (at a game end, that of info["final_obs"]: truncated games bootstrap from
+    their real last state). `valid` slots (frames s - stack + 1 .. s + 1 all still in the ring) are sampled; writing
+    slot w clears valid at w and at w + stack - 1 (whose stack would now reach across the write head).
+    Capacity: ceil(buffer_size / num_envs) * (1 + 1/64) + stack slots per env; a game costs `stack` frames beyond
+    its transitions, so buffer_size transitions fit while games average 256 steps or more (random Breakout games,
+    about 180 steps: about 99.3%). Per slot: frame (84 * 84 = 7056 bytes) + action (8) + reward (4) + termination (4)
+    + valid (1) = 7073 bytes; 1,000,000 transitions, one env: 1,015,629 slots = 7.18e9 bytes = 6.69 GiB (stacked obs
+    and next obs: 52.6 GiB). touch=True writes every page now (np.zeros maps them lazily), so a lack of memory shows
+    at start, not hours into a run."""
 
-    An observation is a stack of the last `stack` frames (4 x 84 x 84 uint8). Consecutive observations of
-    one env share all but one frame, so each env keeps a ring of single frames and a stack is rebuilt at
-    sample time as `stack` consecutive slots. A transition lives in the slot of its observation's newest
-    frame s: its observation is frames[s - stack + 1 .. s], its next observation frames[s - stack + 2 .. s + 1].
-
-    What is stored per step, for each env:
-    - If the observation continues the ring (it equals the stack ending at the newest stored frame, as
-      after every ordinary step and after a lost life, where the game goes on), nothing new is written for it.
-      Otherwise (the first step, or the first observation of a new game after an autoreset) all `stack`
-      frames of the observation are written as they are, padding included. So a sampled stack is exactly the
-      stack the agent saw, whatever padding the frame stack uses (zeros for these envs), and no stack mixes
-      frames of two games: the frames before a new game's first observation are its own padding frames.
-    - The newest frame of the next observation, written to slot s + 1. At a game end that is the newest frame
-      of the true final observation (info["final_obs"]), so truncated games bootstrap from their real last
-      state; the next observation must continue the observation's stack (checked, ValueError otherwise).
-    A slot is sampled only if `valid`: it holds a transition whose frames s - stack + 1 .. s + 1 are all
-    still in the ring. Writing slot w clears valid at w (a new frame, no transition yet) and at w + stack - 1,
-    the oldest slot whose stack would now reach across the write head into the newest frame.
-
-    Capacity: each env's ring has ceil(buffer_size / num_envs) * (1 + 1/64) + stack frame slots. A game
-    costs `stack` frames beyond its transitions (stack - 1 padding frames, 1 final frame), so the memory holds
-    at least buffer_size transitions while games average 256 steps or more (random Breakout games are about
-    180 steps: about 99.3%). Footprint per slot: the frame (84 * 84 = 7056 bytes) + action (8) + reward (4) +
-    termination (4) + valid (1) = 7073 bytes; the default 1,000,000 transitions with one env:
-    1,015,629 slots = 7.18e9 bytes = 6.69 GiB. Storing the observation and next observation as stacks
-    (2 * 4 * 7056 bytes per transition) would take 52.6 GiB.
-    With touch=True every page is written at construction, so the memory is resident (and an out-of-memory
-    error happens) at start rather than hours into a run; np.zeros alone maps pages lazily.
-    """
-
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        num_envs: int,
-        device: torch.device,
-        seed: int,
-        touch: bool = True,
-    ):
-        self.stack = observation_space.shape[0]
-        per_env = -(-buffer_size // num_envs)
+    def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, num_envs: int,
+                 device: torch.device, seed: int, touch: bool = True):
+        self.stack, per_env = observation_space.shape[0], -(-buffer_size // num_envs)
         self.capacity = per_env + per_env // 64 + self.stack  # frame slots per env
-        self.num_envs = num_envs
-        self.device = device
-        self.rng = np.random.default_rng(seed)
+        self.num_envs, self.device, self.rng = num_envs, device, np.random.default_rng(seed)
         self.frames = np.zeros((num_envs, self.capacity, *observation_space.shape[1:]), dtype=observation_space.dtype)
         self.actions = np.zeros((num_envs, self.capacity, *action_space.shape), dtype=action_space.dtype)
-        self.rewards = np.zeros((num_envs, self.capacity), dtype=np.float32)
-        self.terminations = np.zeros((num_envs, self.capacity), dtype=np.float32)
+        self.rewards, self.terminations = (np.zeros((num_envs, self.capacity), dtype=np.float32) for _ in range(2))
         self.valid = np.zeros((num_envs, self.capacity), dtype=bool)
         self.newest = np.full(num_envs, -1, dtype=np.int64)  # slot of each env's newest frame
         self.written = np.zeros(num_envs, dtype=np.int64)  # frames written so far per env
@@ -925,8 +716,7 @@ class FrameReplayBuffer(MemoryState):
     def _write_frame(self, env: int, frame: np.ndarray) -> int:
         slot = (self.newest[env] + 1) % self.capacity
         self.frames[env, slot] = frame
-        self.valid[env, slot] = False
-        self.valid[env, (slot + self.stack - 1) % self.capacity] = False
+        self.valid[env, [slot, (slot + self.stack - 1) % self.capacity]] = False
         self.newest[env] = slot
         self.written[env] += 1
         return slot
@@ -939,21 +729,16 @@ class FrameReplayBuffer(MemoryState):
         """Store one step of every env: obs and next_obs (num_envs, stack, H, W), the others (num_envs,)."""
         stack_offsets = np.arange(-self.stack + 1, 1)
         for env in range(self.num_envs):
-            newest = self.newest[env]
-            continues = self.written[env] >= self.stack and np.array_equal(
-                self.frames[env, self._stack_slots(np.array([newest]), stack_offsets)[0]], obs[env]
-            )
-            if not continues:
+            ring_stack = self.frames[env, self._stack_slots(np.array([self.newest[env]]), stack_offsets)[0]]
+            if not (self.written[env] >= self.stack and np.array_equal(ring_stack, obs[env])):
                 for frame in obs[env]:
                     self._write_frame(env, frame)
             if not np.array_equal(next_obs[env][:-1], obs[env][1:]):
                 raise ValueError("the next observation does not continue the observation's frame stack")
             slot = self.newest[env]
             self._write_frame(env, next_obs[env][-1])
-            self.actions[env, slot] = actions[env]
-            self.rewards[env, slot] = rewards[env]
-            self.terminations[env, slot] = terminations[env]
-            self.valid[env, slot] = True
+            self.actions[env, slot], self.rewards[env, slot] = actions[env], rewards[env]
+            self.terminations[env, slot], self.valid[env, slot] = terminations[env], True
 
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """`batch_size` transitions drawn uniformly with replacement among the valid slots, as tensors."""
@@ -961,8 +746,7 @@ class FrameReplayBuffer(MemoryState):
             raise ValueError("the replay memory holds no complete transition yet")
         envs, slots = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         filled = np.minimum(self.written, self.capacity)
-        # rejection sampling: almost every written slot is valid, so a round or two suffices
-        while len(slots) < batch_size:
+        while len(slots) < batch_size:  # rejection sampling: almost every written slot is valid
             e = self.rng.integers(0, self.num_envs, size=2 * batch_size)
             s = (self.rng.random(2 * batch_size) * filled[e]).astype(np.int64)
             keep = self.valid[e, s]
@@ -971,28 +755,15 @@ class FrameReplayBuffer(MemoryState):
 
     def transitions(self, envs: np.ndarray, slots: np.ndarray) -> ReplayBufferSamples:
         """The transitions stored in the given (env, slot) pairs, stacks rebuilt from the frame rings."""
-        window = self.frames[envs[:, None], self._stack_slots(slots, np.arange(-self.stack + 1, 2))]
         # window: (batch, stack + 1, H, W); the observation is its first `stack` frames, the next its last
-
-        def to_tensor(a: np.ndarray) -> torch.Tensor:
-            return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
-
-        return ReplayBufferSamples(
-            to_tensor(window[:, :-1]),
-            to_tensor(self.actions[envs, slots]),
-            to_tensor(window[:, 1:]),
-            to_tensor(self.rewards[envs, slots]),
-            to_tensor(self.terminations[envs, slots]),
-        )
-
+        window = self.frames[envs[:, None], self._stack_slots(slots, np.arange(-self.stack + 1, 2))]
+        arrays = (window[:, :-1], self.actions[envs, slots], window[:, 1:], self.rewards[envs, slots],
+                  self.terminations[envs, slots])
+        return ReplayBufferSamples(*(torch.as_tensor(np.ascontiguousarray(a), device=self.device) for a in arrays))
 
 def atari_true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The successor of every env's observation (AtariGameStatistics envs, same-step autoreset).
-
-    After a lost life the game goes on, so next_obs is the successor. When a game ended this step (marked by
-    info["_episode"]), next_obs is already the next game's first observation and the true last observation
-    is info["final_obs"] (a dense array on the ale-vector backend, an object array on gymnasium).
-    """
+    """true_next_obs for AtariGameStatistics envs: after a lost life next_obs goes on; where a game ended
+    (info["_episode"]) the true one is info["final_obs"] (dense on ale-vector, an object array on gymnasium)."""
     real_next_obs = next_obs.copy()
     if "_episode" in infos:
         game_over = np.asarray(infos["_episode"], dtype=bool)
@@ -1000,40 +771,27 @@ def atari_true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     return real_next_obs
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # 8. Environments
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk():
         if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id)
-        return env
-
+            return gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array"), f"videos/{run_name}")
+        return gym.make(env_id)
     return thunk
 
-
 def make_envs(env_id: str, num_envs: int, capture_video: bool, run_name: str) -> gym.vector.VectorEnv:
-    """num_envs copies of env_id in a SyncVectorEnv with same-step autoreset, with episode statistics.
-
-    Same-step autoreset: when an episode ends at step t, step t returns the first observation of the next episode
-    and puts the true last observation in info["final_obs"], so every step is a real transition (no reset step to
-    mask out) and a truncated episode can bootstrap from its final observation. SyncVectorEnv: on small machines
-    the inter-process traffic of AsyncVectorEnv costs more than cheap environments (measured 10x on 2 cores)."""
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(env_id, i, capture_video, run_name) for i in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
+    """num_envs copies of env_id with episode statistics in a SyncVectorEnv (Async costs 10x on 2 cores), same-step
+    autoreset: an episode's last step returns the next one's first observation and the true last in info["final_obs"],
+    so every step is a real transition and a truncated episode can bootstrap from its final observation."""
+    envs = gym.vector.SyncVectorEnv([make_env(env_id, i, capture_video, run_name) for i in range(num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
 
-# Atari environments with the preprocessing of Mnih et al. 2015 (as in OpenAI Baselines' atari_wrappers):
-# noop reset (up to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84
-# grayscale (cv2 INTER_AREA), a stack of the last 4 frames (zeros before the first), episodic life and
-# sign-clipped rewards for learning. Observations are uint8 (num_envs, 4, 84, 84); scale them in the network.
+# Atari environments with the preprocessing of Mnih et al. 2015 (OpenAI Baselines' atari_wrappers): noop reset (up
+# to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84 grayscale (cv2 INTER_AREA), a
+# stack of the last 4 frames (zeros before the first), episodic life and sign-clipped rewards for learning.
 ATARI_BACKENDS = ("ale-vector", "gymnasium")
-
 
 def import_ale():
     """ale-py (the `atari` extra), imported on first use so that the other scripts never need it."""
@@ -1044,16 +802,10 @@ def import_ale():
     gym.register_envs(ale_py)
     return ale_py
 
-
 def atari_emulator_settings(env_id: str) -> dict:
-    """The emulator settings an Atari id stands for, read from its gymnasium registration.
-
-    Accepted ids: `<Game>NoFrameskip-v4` (repeat_action_probability 0, the setting of the DQN and PPO
-    papers and of CleanRL's benchmarks) and `ALE/<Game>-v5` (sticky actions with p=0.25, Machado et al. 2018).
-    Both use the minimal action set and a limit of 108000 frames (30 minutes) per game. Frame skipping is done
-    by the preprocessing, so ids that skip frames themselves (`Breakout-v4`: random 2-5), v0 ids and RAM-observation
-    variants (`-ram`) are refused, as is anything that is not an ale-py game: one `error:` line, exit 1.
-    """
+    """The emulator settings of an Atari id: `<Game>NoFrameskip-v4` no sticky actions (the DQN and PPO papers, CleanRL's
+    benchmarks), `ALE/<Game>-v5` sticky with p=0.25 (Machado et al. 2018); minimal action set, 108000 frames a game.
+    Ids that skip frames themselves (`Breakout-v4`), v0, `-ram` and non-ale-py ids are refused (`error:`, exit 1)."""
     import_ale()
     try:
         spec = gym.spec(env_id)
@@ -1065,18 +817,13 @@ def atari_emulator_settings(env_id: str) -> dict:
     supported = env_id.endswith("NoFrameskip-v4") or (spec.namespace == "ALE" and spec.version == 5)
     if not supported or kwargs.get("obs_type", "rgb") != "rgb":
         fail(f"{env_id} is not supported; use a <Game>NoFrameskip-v4 or ALE/<Game>-v5 id (image observations)")
-    return dict(
-        game=kwargs["game"],
-        repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
-        full_action_space=bool(kwargs.get("full_action_space", False)),
-        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)),
-    )
-
+    return dict(game=kwargs["game"], repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
+                full_action_space=bool(kwargs.get("full_action_space", False)),
+                max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)))
 
 class FireOnReset(gym.Wrapper):
-    """Press FIRE for one emulator frame after each game reset, before the noops, like the native env's
-    use_fire_reset (games such as Breakout wait for FIRE to launch). Sits under the frame skip, so it costs
-    one frame, not four. It acts at game starts only: after a lost life the agent must press FIRE itself."""
+    """Press FIRE for one emulator frame after each game reset, before the noops, like the native use_fire_reset
+    (Breakout waits for FIRE). Under the frame skip, so it costs one frame; after a lost life the agent fires."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -1091,37 +838,27 @@ class FireOnReset(gym.Wrapper):
                 obs, info = self.env.reset(**kwargs)
         return obs, info
 
-
 def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, noop_max: int, max_frames: int):
     """Thunk for the gymnasium backend: one whole game per episode (life loss is handled by AtariGameStatistics)."""
 
     def thunk():
         settings = atari_emulator_settings(env_id)
         # frameskip=1: AtariPreprocessing skips frames itself (v5 ids skip 4 by default).
-        kwargs = dict(
-            frameskip=1,
-            repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=max_frames,
-        )
-        if capture_video and idx == 0:
-            # The video shows every emulator frame in colour, whole games (all lives).
-            env = gym.make(env_id, render_mode="rgb_array", **kwargs)
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        kwargs = dict(frameskip=1, repeat_action_probability=settings["repeat_action_probability"],
+                      full_action_space=settings["full_action_space"], max_num_frames_per_episode=max_frames)
+        if capture_video and idx == 0:  # every emulator frame in colour, whole games (all lives)
+            env = gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array", **kwargs), f"videos/{run_name}")
         else:
             env = gym.make(env_id, **kwargs)
-        env = FireOnReset(env)
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True)
+        env = gym.wrappers.AtariPreprocessing(FireOnReset(env), noop_max=noop_max, frame_skip=4, screen_size=84,
+                                              grayscale_obs=True)
         # padding_type="zero": the first observation of a game is [0, 0, 0, frame], as in the native env.
         return gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-
     return thunk
 
-
 class RecordFirstGameFrames(gym.vector.VectorWrapper):
-    """Video for the ale-vector backend, which renders nothing: the newest 84x84 grayscale frame that env 0's
-    agent observes, one mp4 per whole game on gymnasium's capped cubic schedule (games 0, 1, 8, 27, ..., 1000,
-    2000, ...), at 15 fps (60 Hz / 4-frame skip). Wrap the full-game env (before AtariGameStatistics)."""
+    """Video for ale-vector, which renders nothing: env 0's newest 84x84 frame, one mp4 per game on the capped cubic
+    schedule (games 0, 1, 8, 27, ..., 1000, 2000, ...), 15 fps. Wrap the full-game env, under AtariGameStatistics."""
 
     def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
         super().__init__(env)
@@ -1147,34 +884,23 @@ class RecordFirstGameFrames(gym.vector.VectorWrapper):
         self._add(obs[0])
         return obs, reward, terminated, truncated, info
 
-
 class AtariGameStatistics(gym.vector.VectorWrapper):
-    """The learning signal and the real score, over a vector env whose episodes are whole games.
-
-    step() returns:
-    - reward: sign(r) in {-1, 0, 1} if clip_rewards (Mnih et al. 2015), else the raw score change.
-    - terminated: game over, or (if terminal_on_life_loss) a life lost on this step. A lost life does not
-      reset the game: the next observation continues it, but nothing is bootstrapped across the lost life
-      (episodic life, Mnih et al. 2015). `info["life_lost"]` marks those steps.
-    - truncated: the game hit its frame limit. Same-step autoreset: at a game end the observation is already
-      the next game's first one and `info["final_obs"]` holds the last one.
-    - info["episode"] = {"r": raw score of the whole game over all lives, "l": its length in agent steps,
-      "t": seconds since the wrapper was made}, with the mask info["_episode"], on the steps where a game
-      ends (the keys of gymnasium's RecordEpisodeStatistics, but counting whole games and unclipped rewards).
-    """
+    """The learning signal and the real score over a vector env of whole games. step() returns reward sign(r) if
+    clip_rewards, else the raw score change; terminated: game over, or (terminal_on_life_loss) a life lost
+    (info["life_lost"]; the game goes on, nothing bootstraps across it); truncated: the frame limit; at a game end
+    (same-step autoreset: info["final_obs"]) RecordEpisodeStatistics' info["episode"] = {"r": raw score over all
+    lives, "l": agent steps, "t": seconds since the wrapper was made} and its mask info["_episode"]."""
 
     def __init__(self, env: gym.vector.VectorEnv, terminal_on_life_loss: bool = True, clip_rewards: bool = True):
         super().__init__(env)
         self.terminal_on_life_loss, self.clip_rewards = terminal_on_life_loss, clip_rewards
         self.start_time = time.perf_counter()
         self.game_returns = np.zeros(self.num_envs, dtype=np.float64)
-        self.game_lengths = np.zeros(self.num_envs, dtype=np.int64)
-        self.lives = np.zeros(self.num_envs, dtype=np.int64)
+        self.game_lengths, self.lives = (np.zeros(self.num_envs, dtype=np.int64) for _ in range(2))
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        self.game_returns[:] = 0
-        self.game_lengths[:] = 0
+        self.game_returns[:], self.game_lengths[:] = 0, 0
         self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
         return obs, info
 
@@ -1186,89 +912,50 @@ class AtariGameStatistics(gym.vector.VectorWrapper):
         game_over = np.logical_or(terminated, truncated)
         # at a game end, info["lives"] already belongs to the next game, so only compare within a game
         lives = np.asarray(info["lives"], dtype=np.int64)
-        life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
+        info["life_lost"] = life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
         self.lives = lives.copy()
-        info["life_lost"] = life_lost
         if game_over.any():
-            info["episode"] = {
-                "r": np.where(game_over, self.game_returns, 0.0),
-                "l": np.where(game_over, self.game_lengths, 0),
-                "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0),
-            }
+            info["episode"] = {"r": np.where(game_over, self.game_returns, 0.0),
+                               "l": np.where(game_over, self.game_lengths, 0),
+                               "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0)}
             info["_episode"] = game_over
-            self.game_returns[game_over] = 0
-            self.game_lengths[game_over] = 0
-        if self.terminal_on_life_loss:
-            terminated = np.logical_or(terminated, life_lost)
-        if self.clip_rewards:
-            reward = np.sign(raw_reward)
+            self.game_returns[game_over], self.game_lengths[game_over] = 0, 0
+        terminated = np.logical_or(terminated, life_lost) if self.terminal_on_life_loss else terminated
+        reward = np.sign(raw_reward) if self.clip_rewards else reward
         return obs, reward.astype(np.float32), terminated, truncated, info
 
-
-def make_atari_envs(
-    env_id: str,
-    num_envs: int,
-    backend: str = "ale-vector",
-    capture_video: bool = False,
-    run_name: str = "",
-    noop_max: int = 30,
-    terminal_on_life_loss: bool = True,
-    clip_rewards: bool = True,
-    max_frames: Optional[int] = None,
-) -> gym.vector.VectorEnv:
-    """Vector env of `num_envs` preprocessed Atari games with same-step autoreset; seed it with reset(seed=s)
-    (env i gets seed s + i). Observations uint8 (num_envs, 4, 84, 84); step() as in AtariGameStatistics.
-
-    backend "ale-vector": ale-py's C++ AtariVectorEnv (threaded, fastest). Its own reward clipping and episodic
-    life are off: its episodic_life resets the whole game at every lost life, so whole-game scores would be lost.
-    backend "gymnasium": FireOnReset, AtariPreprocessing and FrameStackObservation in a SyncVectorEnv (on
-    2 cores the process traffic of AsyncVectorEnv costs more than it saves).
-    The two agree frame for frame except the noop count at reset: native draws 0..noop_max-1 noops from its own
-    RNG (one fewer when it pressed FIRE), gymnasium 1..noop_max from the env's np_random.
-    capture_video records env 0 to videos/{run_name}: colour frames of whole games with the gymnasium backend,
-    the agent's 84x84 grayscale frames with ale-vector. max_frames overrides the id's frame limit per game.
-    """
+def make_atari_envs(env_id: str, num_envs: int, backend: str = "ale-vector", capture_video: bool = False,
+                    run_name: str = "", noop_max: int = 30, terminal_on_life_loss: bool = True,
+                    clip_rewards: bool = True, max_frames: Optional[int] = None) -> gym.vector.VectorEnv:
+    """`num_envs` preprocessed Atari games, same-step autoreset; reset(seed=s) seeds env i with s + i; observations
+    uint8 (num_envs, 4, 84, 84), scaled in the network. "ale-vector": ale-py's threaded C++ AtariVectorEnv, its reward
+    clipping and episodic life off (its episodic_life resets the game at each lost life); "gymnasium": the wrappers
+    above. They agree frame for frame but for the reset noops: native 0..noop_max-1 from its own RNG (one fewer after
+    FIRE), gymnasium 1..noop_max from np_random. capture_video: env 0 (gymnasium: in colour; ale-vector: as seen).
+    max_frames overrides the id's frame limit per game."""
     if backend not in ATARI_BACKENDS:
         fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
     settings = atari_emulator_settings(env_id)
     max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
-    if backend == "ale-vector":
-        from ale_py.vector_env import AtariVectorEnv
-
-        envs = AtariVectorEnv(
-            settings["game"],
-            num_envs,
-            repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=max_frames,
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-            img_height=84,
-            img_width=84,
-            grayscale=True,
-            stack_num=4,
-            frameskip=4,
-            maxpool=True,
-            noop_max=noop_max,
-            use_fire_reset=True,
-            episodic_life=False,
-            life_loss_info=False,
-            reward_clipping=False,
-        )
-        if capture_video:
-            envs = RecordFirstGameFrames(envs, f"videos/{run_name}")
-    else:
+    if backend == "gymnasium":
         envs = gym.vector.SyncVectorEnv(
             [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        )
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+    from ale_py.vector_env import AtariVectorEnv
+    envs = AtariVectorEnv(
+        settings["game"], num_envs, repeat_action_probability=settings["repeat_action_probability"],
+        full_action_space=settings["full_action_space"], max_num_frames_per_episode=max_frames,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, img_height=84, img_width=84, grayscale=True, stack_num=4,
+        frameskip=4, maxpool=True, noop_max=noop_max, use_fire_reset=True, episodic_life=False, life_loss_info=False,
+        reward_clipping=False)
+    envs = RecordFirstGameFrames(envs, f"videos/{run_name}") if capture_video else envs
     return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
 
 
 # Procgen, from envpool (the procgen package does not install on current Python)
-PROCGEN_GAMES = (
-    "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
-    "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
-)  # fmt: skip
+PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot", "heist",
+                 "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
 
 def procgen_import_problem(exc: ImportError) -> str:
     """The one-line reason why envpool's Procgen cannot be used, naming what to install."""
@@ -1276,49 +963,38 @@ def procgen_import_problem(exc: ImportError) -> str:
     while e is not None:
         chain.append(str(e))
         e = e.__cause__ or e.__context__
-    text = " ".join(chain)
-    if "Qt" in text or "libQt5" in text:
-        return (
-            "envpool's Procgen needs the Qt 5 runtime, which is missing: install Debian's libqt5gui5 "
-            f"(apt-get install libqt5gui5) ({chain[-1]})"
-        )
+    if "Qt" in " ".join(chain):
+        return ("envpool's Procgen needs the Qt 5 runtime, which is missing: install Debian's libqt5gui5 "
+                f"(apt-get install libqt5gui5) ({chain[-1]})")
     return f"the Procgen scripts need envpool (pip install 'envpool>=0.8') and Debian's libqt5gui5: {chain[0]}"
-
 
 def load_envpool():
     """Import envpool and its Procgen extension, or stop in one line saying what is missing."""
     try:
         import envpool
         import envpool.procgen
-
         envpool.procgen.ProcgenEnvSpec  # noqa: B018 (envpool defers the Qt ImportError to this attribute)
     except ImportError as e:
         fail(procgen_import_problem(e))
     return envpool
 
-
 def resolve_env_id(env_id: str, distribution_mode: str, known_ids: list[str]) -> str:
-    """Map a CleanRL-style game name plus distribution to envpool's id (`starpilot`, easy -> StarpilotEasy-v0);
-    an envpool Procgen id passes through unchanged."""
-    if env_id.lower() in PROCGEN_GAMES:
-        resolved = f"{env_id.lower().capitalize()}{distribution_mode.capitalize()}-v0"
+    """`starpilot`, easy -> StarpilotEasy-v0 (envpool's id); an envpool Procgen id passes through unchanged."""
+    game = env_id.lower()
+    if game in PROCGEN_GAMES:
+        resolved = f"{game.capitalize()}{distribution_mode.capitalize()}-v0"
         if resolved not in known_ids:
-            game = env_id.lower()
             modes = sorted(i[len(game) : -len("-v0")].lower() for i in known_ids if i.lower().startswith(game))
             fail(f"{env_id} has no {distribution_mode!r} distribution (it has: {', '.join(modes)})")
         return resolved
     modes = ("Easy", "Hard", "Extreme", "Memory", "Exploration")
-    procgen_ids = {f"{g.capitalize()}{m}-v0" for g in PROCGEN_GAMES for m in modes} & set(known_ids)
-    if env_id in procgen_ids:
+    if env_id in {f"{g.capitalize()}{m}-v0" for g in PROCGEN_GAMES for m in modes} & set(known_ids):
         return env_id
-    games = ", ".join(PROCGEN_GAMES)
-    fail(f"unknown Procgen game {env_id!r}; use one of {games} or an envpool id like StarpilotEasy-v0")
-
-
+    fail(f"unknown Procgen game {env_id!r}; use one of {', '.join(PROCGEN_GAMES)} or an envpool id like "
+         "StarpilotEasy-v0")
 
 class VideoRecorder:
-    """Writes the first env's episodes to videos/{run_name} (on the capped cubic schedule of gymnasium's
-    RecordVideo), from the 64x64 RGB observations themselves: envpool's vector env has no video wrapper."""
+    """Env 0's episodes from its 64x64 RGB observations (envpool has no video wrapper), on the capped cubic schedule."""
 
     def __init__(self, folder: str, name_prefix: str = "rl-video"):
         self.folder, self.save, self.trigger = folder, save_video, capped_cubic_video_schedule
