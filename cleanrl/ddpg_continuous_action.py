@@ -172,7 +172,7 @@ if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
         # the deterministic actor, no exploration noise, as after training
-        runtime.eval_only(args, "actor", lambda: make_actor(args.env_id), evaluate)
+        runtime.eval_only(args, "actor", lambda _: make_actor(args.env_id), evaluate)
     num_iterations = check_args(args)
     if args.save_buffer and not args.save_model:
         fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")

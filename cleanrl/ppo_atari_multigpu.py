@@ -562,6 +562,8 @@ if __name__ == "__main__":
 
     run.finish(global_step, next_obs, model=agent, evaluate=lambda: evaluate(agent, args, run.name, device),
                **per_rank_states(envs, world_size, args.save_model))
-    # one line per rank: equal checksums on all ranks mean the replicas never drifted apart
-    runtime.say(f"rank {rank}/{world_size}: {rank_games} games finished, "
-                f"parameter checksum {parameter_checksum(agent)}")
+    # one line per rank, all printed by rank 0 (one writer, so no line breaks into another rank's progress line):
+    # equal checksums on all ranks mean the replicas never drifted apart
+    for r, (games, checksum) in enumerate(gather_per_rank((rank_games, parameter_checksum(agent)), world_size)):
+        if rank == 0:
+            runtime.say(f"rank {r}/{world_size}: {games} games finished, parameter checksum {checksum}")

@@ -1,11 +1,20 @@
-"""What the tests share: running a script as a user would, and reading back what it logged."""
+"""What the tests share: running a script as a user would, and reading back what it logged; a run as a process
+that is stopped by a signal, killed and resumed, and what its checkpoint holds."""
 
+import fcntl
+import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
+import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
+import torch
 from tensorboard.backend.event_processing import event_accumulator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,13 +59,18 @@ def values(scalars: dict, tag: str) -> list[float]:
     return [v for _, v in scalars.get(tag, [])]
 
 
-def assert_bad_input_rejected(script: str, args, message: str, cwd: Path, **kwargs) -> None:
-    """Bad input: a non-zero exit, a last stderr line `error: ...` naming `message`, and no runs/ or videos/ entry."""
+def assert_bad_input_rejected(script: str, args, message: str, cwd: Path, one_line: bool = False, **kwargs):
+    """Bad input: a non-zero exit, a last stderr line `error: ...` naming `message`, and no runs/ or videos/ entry.
+    With one_line, that line is all of stderr and the exit status is 1. Returns the finished process."""
     proc = run_script(script, *args, cwd=cwd, check=False, **kwargs)
     assert proc.returncode != 0, f"{script} {' '.join(args)} exited 0"
-    last = proc.stderr.strip().splitlines()[-1]
+    lines = proc.stderr.strip().splitlines()
+    last = lines[-1]
     assert last.startswith("error:") and message in last, proc.stderr[-2000:]
+    if one_line:
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-2000:]
     assert run_dirs(cwd) == [] and not (Path(cwd) / "videos").exists()
+    return proc
 
 
 def assert_losses_close(reference: dict, other: dict, keys, rtol: float, atol: float) -> None:
@@ -105,3 +119,176 @@ def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rto
             for a, b in zip(returns, values(compiled, "charts/episodic_return")):
                 assert abs(a - b) <= episodes_rtol * abs(a), f"episodic return {a} vs {b}"
     return plain
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A run as a process: started, stopped by a signal or killed after its first checkpoint, resumed.
+def start(script: str, *args: str, cwd: Path, launcher=None, merge_stderr: bool = False) -> subprocess.Popen:
+    """Start `python cleanrl/<script>` (or `launcher + [path]`) in `cwd` with stdout (and stderr) piped."""
+    cmd = (launcher or [sys.executable]) + [str(ROOT / "cleanrl" / script), *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=script_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True)
+
+
+def wait_until(condition: Callable[[], bool], proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
+    """Poll `condition` while the process runs; fail (killing it) if it ends first or the time runs out."""
+    deadline = time.time() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout else ""
+            errors = proc.stderr.read() if proc.stderr else ""
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}:\n{output[-2000:]}\n"
+                                 f"{errors[-3000:]}")
+        if time.time() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"no {what} within {timeout} s")
+        time.sleep(0.02)
+
+
+def checkpoints(cwd: Path) -> list[Path]:
+    return sorted(Path(cwd).glob("runs/*/checkpoint.pt"))
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, cwd: Path, timeout: float = 120) -> Path:
+    """Poll until the run's first checkpoint exists (the training loop is then running); its path."""
+    wait_until(lambda: bool(checkpoints(cwd)), proc, "its first checkpoint", timeout)
+    return checkpoints(cwd)[0]
+
+
+def load(path: Path) -> dict:
+    """A checkpoint as a resumed run reads it: weights_only, so it must hold plain tensors and values only."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def kill_after_first_checkpoint(script: str, args, cwd: Path, launcher=None) -> Path:
+    """Start the run and SIGKILL it once its first checkpoint exists; the path of the checkpoint it left, which
+    must be that of an unfinished run (else the kill came too late to test a resume)."""
+    proc = start(script, *args, cwd=cwd, launcher=launcher)
+    path = wait_for_checkpoint(proc, cwd)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.returncode
+    assert not load(path)["finished"], "the run finished before it was killed; the test did not test a resume"
+    return path
+
+
+def stop(proc: subprocess.Popen, sig: signal.Signals, timeout: float = 120) -> str:
+    """Send `sig`, wait for the process to end, which must be with exit status 0; its stdout."""
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode} after {sig.name}\n{stdout[-2000:]}\n{stderr[-3000:]}"
+    return stdout
+
+
+def stop_after_first_checkpoint(script: str, args, cwd: Path, sig: signal.Signals) -> tuple[Path, str]:
+    """Start the run and send `sig` once its first checkpoint exists: (the checkpoint's path, the run's stdout)."""
+    proc = start(script, *args, cwd=cwd)
+    path = wait_for_checkpoint(proc, cwd)
+    return path, stop(proc, sig)
+
+
+def assert_same_entries(a, b, where: str = "") -> None:
+    """Two checkpoint entries are equal, tensors bit for bit, through nested dicts, lists and tuples."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {sorted(a)} vs {sorted(b)}"
+        for key in a:
+            assert_same_entries(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_entries(x, y, f"{where}[{i}]")
+    else:
+        assert a == b or (a != a and b != b), f"{where}: {a!r} vs {b!r}"
+
+
+# the checkpoint entries that name or describe the process rather than the run's course: the run name (another
+# directory), the flags (--resume, --checkpoint-frequency) and the environments' pickle (wall-clock counters)
+NOT_THE_COURSE = ("run_name", "args", "envs")
+
+
+def assert_same_run(uninterrupted: Path, resumed: Path) -> None:
+    """A resumed run equals the uninterrupted one: every entry of the final checkpoints (networks, optimizers,
+    generators, counters; not NOT_THE_COURSE) bit for bit, and every logged scalar but the speed, step for step
+    (so the killed process's events after its checkpoint were purged)."""
+    a, b = load(uninterrupted / "checkpoint.pt"), load(resumed / "checkpoint.pt")
+    assert a["finished"] and b["finished"] and a.keys() == b.keys()
+    for key in a.keys() - set(NOT_THE_COURSE):
+        assert_same_entries(a[key], b[key], key)
+    scalars_a, scalars_b = read_scalars(uninterrupted), read_scalars(resumed)
+    assert scalars_a.keys() == scalars_b.keys()
+    for key in scalars_a.keys() - {"charts/SPS"}:
+        assert scalars_a[key] == scalars_b[key], key
+
+
+def eval_line(stdout: str) -> str:
+    """The `eval: mean return M +- S over N episodes of ENV` line of an --eval-only run."""
+    lines = [line for line in stdout.splitlines() if line.startswith("eval: mean return ")]
+    assert len(lines) == 1, stdout[-2000:]
+    return lines[0]
+
+
+def eval_mean_std(line: str) -> tuple[float, float]:
+    mean, std = line.split("eval: mean return ")[1].split(" over")[0].split(" +- ")
+    return float(mean), float(std)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchrun jobs: their worker processes, and the parameter checksum every rank prints at the end
+CHECKSUM = re.compile(r"rank (\d+)/(\d+): (\d+) games finished, parameter checksum ([0-9a-f]{64})")
+
+
+def checksums(output: str) -> dict[int, str]:
+    """{rank: checksum of its parameters} from the last line every rank prints."""
+    return {int(rank): digest for rank, _, _, digest in CHECKSUM.findall(output)}
+
+
+def games_finished(output: str) -> dict[int, int]:
+    return {int(rank): int(games) for rank, _, games, _ in CHECKSUM.findall(output)}
+
+
+def worker_pids(cwd: Path, script: str, rank: int) -> list[int]:
+    """The pids of the worker processes of global rank `rank` of the torchrun job running `script` in `cwd`
+    (read from /proc: the torchrun agent has no RANK variable, its workers have RANK=<global rank>)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            proc_dir = Path("/proc") / pid
+            environ = (proc_dir / "environ").read_bytes().split(b"\0")
+            cmdline = (proc_dir / "cmdline").read_bytes().split(b"\0")
+            same_job = (any(arg.endswith(script.encode()) for arg in cmdline)
+                        and os.readlink(proc_dir / "cwd") == str(cwd))
+        except OSError:  # gone, or not ours to read
+            continue
+        if same_job and f"RANK={rank}".encode() in environ:
+            found.append(int(pid))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def once(root: Path, name: str, compute: Callable[[Path], dict]) -> dict:
+    """compute(folder) once per pytest run, for every test that asks, in any test process: pytest-xdist's
+    workers share `root` (the parent of their base temp folders) and take turns on a lock file. The result must
+    be JSON (paths as strings); the folder with the runs stays for the tests to read (a test that changes a run
+    copies it first). A failed computation is not repeated: the later tests fail with its error."""
+    folder, lock_path = Path(root) / name, Path(root) / f"{name}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done, failed = folder / "result.json", folder / "failed.txt"
+        if done.exists():
+            return json.loads(done.read_text())
+        if failed.exists():
+            raise AssertionError(f"{name} failed in another test:\n{failed.read_text()}")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        try:
+            result = compute(folder)
+        except BaseException:
+            failed.write_text(traceback.format_exc()[-6000:])
+            raise
+        done.write_text(json.dumps(result))
+        return result

@@ -1,142 +1,367 @@
-"""The run lifecycle of ppo.py and ppo_continuous_action.py: checkpoints, kill and resume, signals, evaluation,
-non-finite stops and the progress line (docs/saving-resuming.md). Every run is a real subprocess."""
+"""The run lifecycle (docs/saving-resuming.md), every run a real subprocess: kill -9 then resume (bit-identical to an
+uninterrupted run where the environments' state is saved, else the same run continued with episodes restarted),
+SIGTERM/SIGINT (a checkpoint and exit 0), --eval-only, the non-finite stop, what a checkpoint holds, and bad input.
+
+The runs several tests look at are made once per pytest run, by whichever test process asks first (the `resumed`
+and `stopped` fixtures, through tests/helpers.py's `once`): a run killed after its first checkpoint and resumed to
+the end (RESUMES), and a run stopped by SIGTERM (STOPS). A test that changes such a run copies it first."""
 
 import math
 import os
-import pty
+import shutil
 import signal
-import subprocess
-import sys
-import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable, Optional
 
+import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 
+from cleanrl.dqn import Args as DQNArgs
+from cleanrl.ppg_procgen import Args as PPGArgs
+from cleanrl.ppg_procgen import AuxBuffer, RewardNormalizer
 from cleanrl.ppo import Args as PPOArgs
-from runtime import find_non_finite, save_checkpoint
-from tests.helpers import ROOT, assert_losses_close, read_scalars, run_dirs, run_script, script_env, single_run_dir
+from cleanrl.ppo_atari import Args as PPOAtariArgs
+from cleanrl.ppo_atari_multigpu import Args as MultiGPUArgs
+from tests.helpers import (
+    CHECKSUM,
+    assert_bad_input_rejected,
+    assert_losses_close,
+    assert_same_run,
+    checksums,
+    eval_line,
+    eval_mean_std,
+    kill_after_first_checkpoint,
+    load,
+    once,
+    read_scalars,
+    run_dirs,
+    run_script,
+    single_run_dir,
+    start,
+    stop,
+    stop_after_first_checkpoint,
+    values,
+    wait_for_checkpoint,
+    wait_until,
+    worker_pids,
+)
+from tests.scripts import TIMEOUT, needs, script_params, torchrun
 
-# ppo.py: 4 envs x 32 steps = 128 steps per iteration, 8 iterations
-PPO_SMALL = ["--num-steps", "32", "--total-timesteps", "1024", "--eval-episodes", "1", "--no-progress"]
-# ppo_continuous_action.py on Pendulum: 1 env x 64 steps, 8 iterations; one episode ends (truncated at 200)
-PENDULUM_SMALL = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2",
-                  "--total-timesteps", "512", "--eval-episodes", "1", "--no-progress"]
-LOSS_KEYS = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl"]
-
-
-def start(script: str, *args: str, cwd: Path) -> subprocess.Popen:
-    cmd = [sys.executable, str(ROOT / "cleanrl" / script), *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for_checkpoint(proc: subprocess.Popen, cwd: Path, timeout: float = 120) -> Path:
-    """Poll until the run's first checkpoint exists (the training loop is then running)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = list((cwd / "runs").glob("*/checkpoint.pt")) if (cwd / "runs").exists() else []
-        if found:
-            return found[0]
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended before its first checkpoint:\n{proc.stderr.read()[-3000:]}")
-        time.sleep(0.02)
-    proc.kill()
-    raise AssertionError("no checkpoint appeared")
-
-
-def load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def kill_after_first_checkpoint(script: str, args: list[str], cwd: Path) -> dict:
-    proc = start(script, *args, cwd=cwd)
-    checkpoint_path = wait_for_checkpoint(proc, cwd)
-    proc.kill()
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
-    checkpoint = load(checkpoint_path)
-    assert not checkpoint["finished"], "the run finished before it was killed; the test did not test a resume"
-    return checkpoint
-
-
-def assert_same_run(uninterrupted: Path, resumed: Path, keys: list[str]) -> None:
-    """Same final parameters and the same logged curves, step for step, as the uninterrupted run."""
-    a, b = load(uninterrupted / "checkpoint.pt"), load(resumed / "checkpoint.pt")
-    assert a["finished"] and b["finished"] and a["global_step"] == b["global_step"]
-    for name, tensor in a["agent"].items():
-        assert torch.equal(tensor, b["agent"][name]), name
-    scalars_a, scalars_b = read_scalars(uninterrupted), read_scalars(resumed)
-    for key in keys:
-        # steps and values equal: the killed process's events after its checkpoint were purged
-        assert scalars_a[key] == scalars_b[key], key
-
-
-def test_ppo_killed_and_resumed_equals_an_uninterrupted_run(workdir):
-    (workdir / "a").mkdir(), (workdir / "b").mkdir()
-    run_script("ppo.py", *PPO_SMALL, "--save-model", cwd=workdir / "a")
-    # `--resume auto` starts a fresh run the first time, and the same command resumes it after the kill:
-    # what an automatic restart (torchrun --max-restarts, a retried batch job) does
-    command = [*PPO_SMALL, "--save-model", "--checkpoint-frequency", "1", "--resume", "auto"]
-    checkpoint = kill_after_first_checkpoint("ppo.py", command, workdir / "b")
-    assert checkpoint["envs"] is not None, "CartPole's state should be saved"
-    proc = run_script("ppo.py", *command, cwd=workdir / "b")
-    assert f"after iteration {checkpoint['iteration']} (global step {checkpoint['global_step']})" in proc.stdout
-    resumed = single_run_dir(workdir / "b")
-    assert resumed.name == checkpoint["run_name"]
-    assert_same_run(single_run_dir(workdir / "a"), resumed,
-                    LOSS_KEYS + ["charts/learning_rate", "charts/episodic_return", "charts/episodic_length"])
-    assert [s for s, _ in read_scalars(resumed)["losses/value_loss"]] == [128 * i for i in range(1, 9)]
-    # the same command once more: the run has finished, so there is nothing to do (and no new run)
-    again = run_script("ppo.py", *command, cwd=workdir / "b")
-    assert f"{resumed.name} has already finished; nothing to resume" in again.stdout
-    assert run_dirs(workdir / "b") == [resumed]
+SAVE, BUFFER = ("--save-model",), ("--save-buffer",)
+# ppo.py on CartPole: 4 envs x 32 steps = 128 steps an iteration, 8 iterations
+PPO = ("--num-steps", "32", "--total-timesteps", "1024", "--eval-episodes", "1", "--no-progress")
+# ppo_continuous_action.py on Pendulum: 1 env x 64 steps, 8 iterations; episodes are truncated at 200 steps
+PPO_PENDULUM = ("--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2",
+                "--total-timesteps", "512", "--eval-episodes", "1", "--no-progress")
+# dqn.py, c51.py on CartPole: 2000 steps, learning from step 501 with a gradient step every 10 steps (150 updates,
+# losses every 100 steps), target updates every 500 steps; several episodes end
+CARTPOLE_VALUE = ("--total-timesteps", "2000", "--learning-starts", "500", "--batch-size", "32",
+                  "--target-network-frequency", "500", "--eval-episodes", "1", "--no-progress")
+# ddpg, td3, sac on Pendulum: 600 steps (3 episodes of 200), learning from step 201: 400 gradient steps, losses
+# every 100 steps (300, 400, 500, 600)
+PENDULUM_OFF = ("--env-id", "Pendulum-v1", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "1000",
+                "--eval-episodes", "1", "--no-progress")
+# ppo_atari.py: 2 envs x 32 steps = 64 steps an iteration, 1 epoch of 2 minibatches (the Nature CNN is slow on
+# 2 CPU cores); evaluation: a game cut at 400 frames
+PPO_ATARI = ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
+             "--eval-episodes", "1", "--eval-max-frames", "400", "--no-progress")
+# dqn_atari.py, c51_atari.py: 400 steps, learning from step 101 with a gradient step every 4 steps (75 updates),
+# a 300-transition frame memory
+ATARI_VALUE = ("--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "400", "--buffer-size", "300",
+               "--learning-starts", "100", "--batch-size", "8", "--train-frequency", "4",
+               "--target-network-frequency", "100", "--eval-episodes", "1", "--eval-max-frames", "2000",
+               "--no-progress")
+# ppg_procgen.py: 2 envs x 16 steps = 32 steps an iteration; one policy phase of 4 iterations (128 steps), then one
+# auxiliary phase: checkpoints after iterations 1-3 fall inside the policy phase
+PPG = ("--num-envs", "2", "--num-steps", "16", "--n-iteration", "4", "--num-aux-rollouts", "2", "--e-auxiliary", "1",
+       "--num-minibatches", "2", "--total-timesteps", "128", "--eval-episodes", "1", "--no-progress")
+NOTE = "note: the environments' state cannot be saved ({why}); a resumed run restarts its episodes"
 
 
-def test_a_plain_run_resumes_with_compile(workdir):
-    # --compile changes speed only, so a run may switch it on when resumed; the losses follow the uninterrupted
-    # plain run within float rounding (the parity tolerance of tests/test_ppo.py)
-    (workdir / "a").mkdir(), (workdir / "b").mkdir()
-    run_script("ppo.py", *PPO_SMALL, "--save-model", cwd=workdir / "a")
-    command = [*PPO_SMALL, "--save-model", "--checkpoint-frequency", "1", "--resume", "auto"]
-    checkpoint = kill_after_first_checkpoint("ppo.py", command, workdir / "b")
-    run_script("ppo.py", *command, "--compile", cwd=workdir / "b")
-    plain, resumed = read_scalars(single_run_dir(workdir / "a")), read_scalars(single_run_dir(workdir / "b"))
-    assert_losses_close(plain, resumed, LOSS_KEYS, rtol=1e-4, atol=1e-6)
-    assert checkpoint["global_step"] < plain["losses/value_loss"][-1][0]
+def cartpole_updates(step: int) -> int:  # dqn.py, c51.py: a gradient step at every 10th step after step 500
+    return max(step - 500, 0) // 10
 
 
-def test_ppo_continuous_killed_and_resumed_equals_an_uninterrupted_run(workdir):
-    # Pendulum is pure Python: its state, and that of the normalization wrappers, is saved
-    (workdir / "a").mkdir(), (workdir / "b").mkdir()
-    run_script("ppo_continuous_action.py", *PENDULUM_SMALL, "--save-model", cwd=workdir / "a")
-    command = [*PENDULUM_SMALL, "--save-model", "--checkpoint-frequency", "1"]
-    checkpoint = kill_after_first_checkpoint("ppo_continuous_action.py", command, workdir / "b")
-    assert checkpoint["envs"] is not None
-    run_script("ppo_continuous_action.py", "--resume", f"runs/{checkpoint['run_name']}", cwd=workdir / "b")
-    resumed = single_run_dir(workdir / "b")
-    assert_same_run(single_run_dir(workdir / "a"), resumed,
-                    LOSS_KEYS + ["charts/learning_rate", "charts/episodic_return"])
-    a, b = load(single_run_dir(workdir / "a") / "checkpoint.pt"), load(resumed / "checkpoint.pt")
-    for key in ("mean", "var"):
-        assert torch.equal(a["obs_rms"][key], b["obs_rms"][key])
-        assert torch.equal(a["return_rms"][key], b["return_rms"][key])
+def pendulum_updates(step: int) -> int:  # ddpg, td3, sac: a gradient step at every step after step 200
+    return max(step - 200, 0)
 
 
+def atari_updates(step: int) -> int:  # dqn_atari.py, c51_atari.py: at every 4th step after step 100
+    return max(step - 100, 0) // 4
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A run killed with SIGKILL after its first checkpoint, then resumed to its end."""
+
+    args: tuple  # the run's flags, --save-model (and --save-buffer) among them
+    every: int  # --checkpoint-frequency
+    total: int  # its global steps
+    iterations: int
+    loss_steps: Optional[tuple]  # the steps its losses are logged at (None: the resume moves them)
+    by_path: bool = False  # resumed by `--resume runs/<name>` alone, else by the same command with `--resume auto`
+    uninterrupted: bool = False  # the environments' state is saved: the resumed run equals an uninterrupted one
+    again: bool = False  # the same command once more after the end: nothing to resume
+    updates: Optional[Callable[[int], int]] = None  # gradient updates after a global step (off-policy)
+    episodes: tuple = ()  # the steps episodes end at (Pendulum truncates at 200)
+    why: Optional[str] = None  # why the environments' state cannot be saved, where it cannot
+
+
+RESUMES = {
+    "ppo.py": Resume(PPO + SAVE, 1, 1024, 8, tuple(128 * i for i in range(1, 9)), uninterrupted=True, again=True),
+    "ppo_continuous_action.py": Resume(PPO_PENDULUM + SAVE, 1, 512, 8, tuple(64 * i for i in range(1, 9)),
+                                       by_path=True, uninterrupted=True, episodes=(200, 400)),
+    "dqn.py": Resume(CARTPOLE_VALUE + SAVE + BUFFER, 10, 2000, 2000, tuple(range(600, 2001, 100)),
+                     uninterrupted=True, again=True, updates=cartpole_updates),
+    "c51.py": Resume(CARTPOLE_VALUE + SAVE + BUFFER, 10, 2000, 2000, tuple(range(600, 2001, 100)),
+                     uninterrupted=True, again=True, updates=cartpole_updates),
+    "sac_continuous_action.py": Resume(PENDULUM_OFF + ("--total-timesteps", "600") + SAVE + BUFFER, 50, 600, 600,
+                                       (300, 400, 500, 600), uninterrupted=True, again=True,
+                                       updates=pendulum_updates, episodes=(200, 400, 600)),
+    "td3_continuous_action.py": Resume(PENDULUM_OFF + ("--total-timesteps", "600") + SAVE + BUFFER, 50, 600, 600,
+                                       (300, 400, 500, 600), uninterrupted=True, updates=pendulum_updates,
+                                       episodes=(200, 400, 600)),
+    # without --save-buffer the memory refills after the resume, so the losses move
+    "ddpg_continuous_action.py": Resume(PENDULUM_OFF + ("--total-timesteps", "600") + SAVE, 50, 600, 600, None),
+    "ppo_atari.py": Resume(PPO_ATARI + ("--total-timesteps", "640") + SAVE, 1, 640, 10,
+                           tuple(64 * i for i in range(1, 11)), why="AtariVectorEnv is not a SyncVectorEnv"),
+    "dqn_atari.py": Resume(ATARI_VALUE + SAVE + BUFFER, 25, 400, 400, (200, 300, 400), updates=atari_updates),
+    "c51_atari.py": Resume(ATARI_VALUE + SAVE + BUFFER, 25, 400, 400, (200, 300, 400), updates=atari_updates),
+    "ppg_procgen.py": Resume(PPG + SAVE, 1, 128, 4, (32, 64, 96, 128),
+                             why="ProcgenGymnasiumEnvPool is not a SyncVectorEnv"),
+}
+EXACT = [name for name, case in RESUMES.items() if case.uninterrupted]
+RESTARTED = ["ppo_atari.py", "dqn_atari.py", "c51_atari.py", "ppg_procgen.py"]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A run with a budget far beyond the test, stopped by SIGTERM after its first checkpoint."""
+
+    args: tuple
+    per_iteration: int  # global steps an iteration
+    logs_every_iteration: bool  # its losses are logged every iteration (else every 100 steps)
+
+
+STOPS = {
+    "ppo.py": Stop(("--num-steps", "32", "--total-timesteps", "100000", "--save-model", "--checkpoint-frequency", "1",
+                    "--no-progress"), 128, True),
+    "ppo_atari.py": Stop(PPO_ATARI + ("--total-timesteps", "64000", "--save-model", "--checkpoint-frequency", "1"),
+                         64, True),
+    "dqn.py": Stop(("--total-timesteps", "200000", "--learning-starts", "500", "--batch-size", "32", "--save-model",
+                    "--checkpoint-frequency", "10", "--no-progress"), 1, False),
+    "sac_continuous_action.py": Stop(PENDULUM_OFF + ("--total-timesteps", "100000", "--save-model",
+                                                     "--checkpoint-frequency", "20"), 1, False),
+    # policy phases of 2 iterations: odd iterations end inside one
+    "ppg_procgen.py": Stop(("--num-envs", "2", "--num-steps", "16", "--n-iteration", "2", "--num-aux-rollouts", "2",
+                            "--e-auxiliary", "1", "--num-minibatches", "2", "--total-timesteps", "100000",
+                            "--save-model", "--checkpoint-frequency", "1", "--no-progress"), 32, True),
+}
+
+
+def kill_then_resume(script: str, folder: Path) -> dict:
+    case = RESUMES[script]
+    cwd = folder / "run"
+    cwd.mkdir()
+    # `--resume auto` starts a fresh run the first time, and the same command resumes it after the kill: what an
+    # automatic restart (torchrun --max-restarts, a retried batch job) does
+    command = [*case.args, "--checkpoint-frequency", str(case.every)] + ([] if case.by_path else ["--resume", "auto"])
+    path = kill_after_first_checkpoint(script, command, cwd)
+    killed = shutil.copytree(path.parent, folder / "killed" / path.parent.name)  # the run as the kill left it
+    resume = ["--resume", f"runs/{path.parent.name}"] if case.by_path else command
+    result = {"cwd": str(cwd), "killed": str(killed), "run_dir": str(path.parent),
+              "resumed": run_script(script, *resume, cwd=cwd).stdout}
+    if case.again:
+        result["again"] = run_script(script, *command, cwd=cwd).stdout
+    if case.uninterrupted:
+        (folder / "uninterrupted").mkdir()
+        run_script(script, *case.args, cwd=folder / "uninterrupted")
+        result["uninterrupted"] = str(single_run_dir(folder / "uninterrupted"))
+    return result
+
+
+def stop_by_sigterm(script: str, folder: Path) -> dict:
+    cwd = folder / "run"
+    cwd.mkdir()
+    path, stdout = stop_after_first_checkpoint(script, STOPS[script].args, cwd, signal.SIGTERM)
+    return {"cwd": str(cwd), "run_dir": str(path.parent), "stdout": stdout}
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory) -> Path:
+    """A folder every test process of this pytest run sees (pytest-xdist's workers have sibling base folders)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture
+def resumed(shared):
+    """resumed(script): the run of RESUMES[script] killed and resumed, made once per pytest run."""
+    return lambda script: once(shared, f"resumed-{script[:-3]}", lambda folder: kill_then_resume(script, folder))
+
+
+@pytest.fixture
+def stopped(shared):
+    """stopped(script): the run of STOPS[script] stopped by SIGTERM, made once per pytest run."""
+    return lambda script: once(shared, f"stopped-{script[:-3]}", lambda folder: stop_by_sigterm(script, folder))
+
+
+def copy_run(run_dir: Path, cwd: Path) -> Path:
+    """A copy of a run directory under cwd/runs, for a test that changes it."""
+    return Path(shutil.copytree(run_dir, cwd / "runs" / Path(run_dir).name))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kill -9, then resume
+@pytest.mark.parametrize("row", script_params(EXACT))
+def test_killed_and_resumed_equals_an_uninterrupted_run(row, resumed):
+    case, run = RESUMES[row.name], resumed(row.name)
+    killed = load(Path(run["killed"]) / "checkpoint.pt")
+    assert killed["envs"] is not None, "classic control's state (and Pendulum's) is saved"
+    if "--save-buffer" in case.args:
+        assert killed["replay_buffer"] is not None
+    if case.updates:
+        assert killed["updates"] % case.every == 0 and killed["updates"] > 0
+        assert killed["updates"] == case.updates(killed["global_step"])
+    assert f"after iteration {killed['iteration']} (global step {killed['global_step']})" in run["resumed"]
+    resumed_dir = single_run_dir(run["cwd"])
+    assert resumed_dir.name == killed["run_name"]
+    # the same final networks, optimizers, generators and counters, and the same curves step for step
+    assert_same_run(Path(run["uninterrupted"]), resumed_dir)
+    final = load(resumed_dir / "checkpoint.pt")
+    assert final["global_step"] == case.total and final["iteration"] == case.iterations
+    if case.updates:
+        assert final["updates"] == case.updates(case.total)
+    scalars = read_scalars(resumed_dir)
+    for key in row.losses:
+        assert [s for s, _ in scalars[key]] == list(case.loss_steps), key
+    if case.episodes:
+        assert [s for s, _ in scalars["charts/episodic_return"]] == list(case.episodes)
+    assert (resumed_dir / f"{row.name[:-3]}.cleanrl_model").stat().st_size > 0
+    if case.again:
+        # the same command once more: the run has finished, so there is nothing to do (and no new run)
+        again = run["again"]
+        assert f"{resumed_dir.name} has already finished; nothing to resume" in again
+        assert run_dirs(run["cwd"]) == [resumed_dir]
+
+
+@pytest.mark.parametrize("row", script_params(RESTARTED))
+def test_killed_and_resumed_continues_the_run_with_its_episodes_restarted(row, resumed):
+    # Atari and Procgen envs cannot be saved: the resumed run is not step for step the uninterrupted one, but the
+    # run itself continues (directory, global step, counters, optimizer, one TensorBoard log)
+    case, run = RESUMES[row.name], resumed(row.name)
+    killed = load(Path(run["killed"]) / "checkpoint.pt")
+    assert killed["envs"] is None
+    note = NOTE.format(why=case.why) if case.why else NOTE.split("(")[0]
+    assert note in run["resumed"] and NOTE.split(")")[-1] in run["resumed"], run["resumed"]
+    assert f"after iteration {killed['iteration']} (global step {killed['global_step']})" in run["resumed"]
+    run_dir = single_run_dir(run["cwd"])
+    assert run_dir.name == killed["run_name"]
+    final = load(run_dir / "checkpoint.pt")
+    assert final["finished"] and final["global_step"] == case.total and final["iteration"] == case.iterations
+    scalars = read_scalars(run_dir)
+    for key in row.losses[:2] + tuple(k for k in ("charts/learning_rate",) if k in scalars):
+        # one value per update, none twice: what the killed process logged after its checkpoint was purged
+        assert [s for s, _ in scalars[key]] == list(case.loss_steps), key
+    assert (run_dir / f"{row.name[:-3]}.cleanrl_model").stat().st_size > 0
+    assert len(values(scalars, "eval/episodic_return")) == 1
+
+
+@needs("atari")
+def test_ppo_atari_resumed_continues_its_learning_rate_schedule_and_adam(resumed):
+    run = resumed("ppo_atari.py")
+    killed = load(Path(run["killed"]) / "checkpoint.pt")
+    assert killed["global_step"] == 64 * killed["iteration"]
+    run_dir = single_run_dir(run["cwd"])
+    # Adam continued from the checkpoint: 10 updates x 1 epoch x 2 minibatches steps in all, not just the resumed ones
+    final = load(run_dir / "checkpoint.pt")
+    assert {int(state["step"]) for state in final["optimizer"]["state"].values()} == {20}
+    scalars = read_scalars(run_dir)
+    for key in ("losses/value_loss", "losses/policy_loss", "losses/approx_kl", "charts/learning_rate"):
+        assert [s for s, _ in scalars[key]] == [64 * i for i in range(1, 11)], key
+    # the annealed learning rate continues its schedule over the whole run
+    assert values(scalars, "charts/learning_rate") == pytest.approx([2.5e-4 * (1 - i / 10) for i in range(10)])
+
+
+@needs("procgen")
+def test_ppg_killed_inside_a_policy_phase_then_resumed_continues_the_same_run(resumed):
+    run = resumed("ppg_procgen.py")
+    killed = load(Path(run["killed"]) / "checkpoint.pt")
+    iteration, stopped_at = killed["iteration"], killed["global_step"]
+    assert 1 <= iteration <= 3 and stopped_at == 32 * iteration, "not killed inside the policy phase"
+    run_dir = single_run_dir(run["cwd"])
+    assert run_dir.name.startswith("StarpilotEasy-v0__ppg_procgen__1__")
+    scalars = read_scalars(run_dir)
+    for key in ("losses/aux_kl_loss", "losses/aux_value_loss", "losses/aux_pi_value_loss"):
+        assert [s for s, _ in scalars[key]] == [128], key  # the auxiliary phase ran once, at the phase's end
+        assert all(math.isfinite(v) and v >= 0 for _, v in scalars[key]), key
+    # episodes restart on resume: one that ends after the resume is no longer than the steps since then
+    lengths = dict(scalars.get("charts/episodic_length", []))
+    assert all(length <= (step - stopped_at) // 2 for step, length in lengths.items() if step > stopped_at)
+    final = load(run_dir / "checkpoint.pt")
+    assert final["aux"] is None, "after the auxiliary phase the buffer is spent and not saved"
+
+
+@pytest.mark.parametrize("row", script_params(["ddpg_continuous_action.py"]))
+def test_killed_and_resumed_without_the_replay_memory_refills_it_before_learning(row, resumed):
+    case, run = RESUMES[row.name], resumed(row.name)
+    killed = load(Path(run["killed"]) / "checkpoint.pt")
+    assert killed["envs"] is not None and killed["replay_buffer"] is None
+    stopped_at = killed["global_step"]
+    assert f"(global step {stopped_at})" in run["resumed"]
+    assert f"learning resumes after global step {stopped_at + 200}" in run["resumed"]
+    run_dir = single_run_dir(run["cwd"])
+    final = load(run_dir / "checkpoint.pt")
+    assert final["finished"] and final["global_step"] == case.total
+    assert final["updates"] == pendulum_updates(case.total) - 200, "no gradient step while the memory refilled"
+    steps = [s for s, _ in read_scalars(run_dir)["losses/qf1_loss"]]
+    assert steps == sorted(set(steps)), "no duplicate steps after the purge"
+    after = [s for s in steps if s > stopped_at]
+    assert after and all(s > stopped_at + 200 for s in after)
+    assert (run_dir / f"{row.name[:-3]}.cleanrl_model").exists()
+
+
+@pytest.mark.parametrize("row", script_params(["dqn.py"]))
+def test_dqn_sigterm_then_resume_without_buffer_refills_the_memory(row, stopped, workdir):
+    checkpoint = load(Path(stopped("dqn.py")["run_dir"]) / "checkpoint.pt")
+    stopped_at, updates = checkpoint["global_step"], checkpoint["updates"]
+    assert checkpoint["replay_buffer"] is None
+    run_dir = copy_run(Path(stopped("dqn.py")["run_dir"]), workdir)
+    # resume without a replay memory: learning waits until the memory has refilled for --learning-starts steps.
+    # Losses are logged at multiples of 100 steps: wait for a checkpoint at or past the first such step after the
+    # refill and 5 more gradient steps (a checkpoint comes after that iteration's logging), then stop again.
+    first_log = (stopped_at + 500) // 100 * 100 + 100
+    proc = start("dqn.py", "--resume", str(run_dir), "--checkpoint-frequency", "5", "--no-progress", cwd=workdir)
+
+    def far_enough() -> bool:
+        now = load(run_dir / "checkpoint.pt")
+        return now["global_step"] >= first_log and now["updates"] >= updates + 5
+
+    wait_until(far_enough, proc, f"a checkpoint after global step {first_log}")
+    stdout = stop(proc, signal.SIGTERM)
+    assert f"learning resumes after global step {stopped_at + 500}" in stdout
+    after = load(run_dir / "checkpoint.pt")
+    # every gradient step since the resume came after the refill: one at each 10th step past stopped_at + 500
+    assert after["updates"] == updates + after["global_step"] // 10 - (stopped_at + 500) // 10
+    losses = read_scalars(run_dir)["losses/td_loss"]
+    resumed_steps = [s for s, _ in losses if s > stopped_at]
+    assert resumed_steps and resumed_steps[0] == first_log  # no gradient step (nor loss) while the memory refilled
+    assert run_dirs(workdir) == [run_dir]
+
+
+@needs("mujoco")
 def test_halfcheetah_sigint_then_resume_restarts_episodes(workdir):
-    pytest.importorskip("mujoco", reason="optional dependency mujoco is not installed")
-    # 1 env x 64 steps per iteration, 40 iterations; HalfCheetah episodes are 1000 steps long
-    proc = start("ppo_continuous_action.py", "--env-id", "HalfCheetah-v5", "--num-steps", "64", "--num-minibatches",
-                 "2", "--update-epochs", "1", "--total-timesteps", "2560", "--save-model", "--checkpoint-frequency",
-                 "1", "--eval-episodes", "1", "--no-progress", cwd=workdir)
-    checkpoint_path = wait_for_checkpoint(proc, workdir)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr[-3000:]
-    assert "the environments' state cannot be saved (HalfCheetahEnv pickles by re-construction" in stdout
+    # 1 env x 64 steps an iteration, 40 iterations; HalfCheetah episodes are 1000 steps long
+    checkpoint_path, stdout = stop_after_first_checkpoint(
+        "ppo_continuous_action.py", ["--env-id", "HalfCheetah-v5", "--num-steps", "64", "--num-minibatches", "2",
+                                     "--update-epochs", "1", "--total-timesteps", "2560", "--save-model",
+                                     "--checkpoint-frequency", "1", "--eval-episodes", "1", "--no-progress"],
+        workdir, signal.SIGINT)
+    assert NOTE.format(why="HalfCheetahEnv pickles by re-construction, which loses its state") in stdout
     checkpoint = load(checkpoint_path)
-    assert f"SIGINT: stopped after global step {checkpoint['global_step']}" in stdout
+    assert f"SIGINT: stopped after global step {checkpoint['global_step']}; checkpoint saved" in stdout
     assert checkpoint["envs"] is None and not checkpoint["finished"]
     stopped_at = checkpoint["global_step"]
     assert stopped_at < 1000
@@ -150,148 +375,408 @@ def test_halfcheetah_sigint_then_resume_restarts_episodes(workdir):
     assert load(checkpoint_path)["finished"]
 
 
-def test_sigterm_saves_a_loadable_checkpoint_and_exits_0(workdir):
-    proc = start("ppo.py", "--num-steps", "32", "--total-timesteps", "100000", "--save-model",
-                 "--checkpoint-frequency", "1", "--no-progress", cwd=workdir)
-    checkpoint_path = wait_for_checkpoint(proc, workdir)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr[-3000:]
-    checkpoint = load(checkpoint_path)  # weights_only: the whole checkpoint is plain tensors and values
-    assert f"SIGTERM: stopped after global step {checkpoint['global_step']}; checkpoint saved" in stdout
-    assert not checkpoint["finished"] and 128 <= checkpoint["global_step"] < 100000
-    assert checkpoint["global_step"] == 128 * checkpoint["iteration"]
-    assert not list(workdir.glob("runs/*/checkpoint.pt.tmp"))
-    assert not list(workdir.glob("runs/*/*.cleanrl_model")), "a stopped run is not finished: no final model"
-    # the last logged update is the checkpoint's
-    assert read_scalars(checkpoint_path.parent)["losses/value_loss"][-1][0] == checkpoint["global_step"]
-
-
-def test_eval_only_on_a_saved_model(workdir):
-    trained = run_script("ppo.py", "--num-steps", "32", "--total-timesteps", "256", "--save-model", "--eval-episodes",
-                         "1", cwd=workdir)
-    assert "steps (" not in trained.stderr, "no progress line when stderr is not a terminal"
-    run_dir = single_run_dir(workdir)
-    # a run directory (its checkpoint: the env id comes from it) and a bare .cleanrl_model (on --env-id)
-    by_dir = run_script("ppo.py", "--eval-only", str(run_dir), "--eval-episodes", "3", cwd=workdir)
-    by_file = run_script("ppo.py", "--eval-only", str(run_dir / "ppo.cleanrl_model"), "--eval-episodes", "3",
-                         "--capture-video", cwd=workdir)
-    line = [ln for ln in by_dir.stdout.splitlines() if ln.startswith("eval: mean return")]
-    assert line and line[0].endswith("over 3 episodes of CartPole-v1")
-    # the greedy policy and the seeded evaluation envs make it deterministic
-    assert line[0] == [ln for ln in by_file.stdout.splitlines() if ln.startswith("eval: mean return")][0]
-    assert run_dirs(workdir) == [run_dir], "evaluation must not create a run"
-    assert list((workdir / "videos").glob("*-eval/*.mp4"))
-
-
-def test_eval_only_ppo_continuous(workdir):
-    run_script("ppo_continuous_action.py", "--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "128",
-               "--save-model", "--eval-episodes", "1", cwd=workdir)
-    run_dir = single_run_dir(workdir)
-    proc = run_script("ppo_continuous_action.py", "--eval-only", str(run_dir), "--eval-episodes", "2", cwd=workdir)
-    mean, std = proc.stdout.split("eval: mean return ")[1].split(" over")[0].split(" +- ")
-    assert -3300 < float(mean) < 0 and float(std) >= 0
-    assert "over 2 episodes of Pendulum-v1" in proc.stdout
-
-
-def test_non_finite_stops_naming_step_and_quantity_and_keeps_the_checkpoint(workdir):
-    command = ["--num-steps", "32", "--total-timesteps", "1024", "--save-model", "--checkpoint-frequency", "1",
+@needs("mujoco")
+def test_sac_halfcheetah_sigint_then_resume_restarts_episodes_and_refills_the_memory(workdir):
+    command = ["--env-id", "HalfCheetah-v5", "--total-timesteps", "100000", "--learning-starts", "100",
+               "--batch-size", "32", "--buffer-size", "1000", "--save-model", "--checkpoint-frequency", "20",
                "--no-progress"]
-    checkpoint = kill_after_first_checkpoint("ppo.py", command, workdir)
-    checkpoint_path = single_run_dir(workdir) / "checkpoint.pt"
-    # Poison Adam's first moment of the actor's first layer (parameter 6, after the critic's 3 layers): the first
-    # optimizer step of the resumed run writes NaN into the actor, the following minibatches diverge inside
-    # the update, and the end-of-update check must stop the run before the next checkpoint is written.
-    checkpoint["optimizer"]["state"][6]["exp_avg"][0, 0] = math.nan
-    torch.save(checkpoint, checkpoint_path)
-    before = checkpoint_path.read_bytes()
-    proc = run_script("ppo.py", "--resume", str(checkpoint_path.parent), cwd=workdir, check=False)
-    assert proc.returncode == 1
-    step, iteration = checkpoint["global_step"] + 128, checkpoint["iteration"] + 1
+    checkpoint_path, stdout = stop_after_first_checkpoint("sac_continuous_action.py", command, workdir, signal.SIGINT)
+    assert NOTE.format(why="HalfCheetahEnv pickles by re-construction, which loses its state") in stdout
+    first = load(checkpoint_path)
+    assert f"SIGINT: stopped after global step {first['global_step']}; checkpoint saved" in stdout
+    assert first["envs"] is None and first["updates"] >= 20
+    # resume (episodes restart from a fresh reset), then stop again once 20 more gradient steps are checkpointed
+    proc = start("sac_continuous_action.py", "--resume", "auto", *command, cwd=workdir)
+    wait_until(lambda: load(checkpoint_path)["updates"] >= first["updates"] + 20, proc, "20 more gradient steps")
+    stdout = stop(proc, signal.SIGTERM)
+    assert f"after iteration {first['iteration']} (global step {first['global_step']})" in stdout
+    second = load(checkpoint_path)
+    # the replay memory was not saved, so learning waited for --learning-starts new steps
+    assert second["global_step"] >= first["global_step"] + 100 + 20
+    assert second["updates"] == first["updates"] + second["global_step"] - first["global_step"] - 100
+    assert len(run_dirs(workdir)) == 1
+
+
+@needs("atari")
+def test_torchrun_restarts_a_killed_rank_and_the_job_finishes_from_the_checkpoint(workdir):
+    iterations = 20  # 2 envs in all (1 per rank) x 32 steps = 64 global steps an iteration
+    script = "ppo_atari_multigpu.py"
+    args = [*PPO_ATARI, "--total-timesteps", str(64 * iterations), "--save-model", "--checkpoint-frequency", "1",
+            "--resume", "auto"]
+    launcher = torchrun("--standalone", "--nnodes=1", "--nproc_per_node=2", "--max-restarts=1")
+    proc = start(script, *args, cwd=workdir, launcher=launcher, merge_stderr=True)
+    checkpoint_path = wait_for_checkpoint(proc, workdir, timeout=TIMEOUT)
+    victims = worker_pids(workdir, script, rank=1)
+    assert len(victims) == 1, victims
+    os.kill(victims[0], signal.SIGKILL)
+    killed_at = load(checkpoint_path)
+    assert not killed_at["finished"], "the run finished before the kill; the test did not test a restart"
+
+    output, _ = proc.communicate(timeout=TIMEOUT + 30)
+    assert proc.returncode == 0, output[-4000:]
+    # torchrun restarted both ranks, and the new rank 0 continued the run from a checkpoint of the first attempt
+    assert output.count("rank 1/2 (node 0, local rank 1)") == 2, output[-4000:]
+    resumed_lines = [line for line in output.splitlines() if "resuming" in line and " after iteration " in line]
+    assert len(resumed_lines) == 1, output[-4000:]
+    resumed_from = int(resumed_lines[0].split(" after iteration ")[1].split()[0])
+    assert killed_at["iteration"] <= resumed_from < iterations
+
+    run_dir = single_run_dir(workdir)  # one run directory for both attempts
+    final = load(checkpoint_path)
+    assert final["finished"] and final["iteration"] == iterations and final["global_step"] == 64 * iterations
+    assert len(final["rng"]) == 2, "every rank's generators are saved"
+    # Adam continued: 20 updates x 2 minibatches steps in all, not only the restarted job's
+    assert {int(state["step"]) for state in final["optimizer"]["state"].values()} == {2 * iterations}
+    scalars = read_scalars(run_dir)
+    for key in ("losses/value_loss", "losses/policy_loss", "charts/learning_rate"):
+        # one value per update and none twice: the killed attempt's events after the checkpoint were purged
+        assert [s for s, _ in scalars[key]] == [64 * i for i in range(1, iterations + 1)], key
+    assert values(scalars, "charts/learning_rate") == pytest.approx(
+        [2.5e-4 * (1 - i / iterations) for i in range(iterations)])
+    # the restarted replicas end identical; rank 0 alone saved the final model and evaluated it
+    sums = checksums(output)
+    assert set(sums) == {0, 1} and sums[0] == sums[1] and len(CHECKSUM.findall(output)) == 2
+    assert [p.name for p in run_dir.glob("*.cleanrl_model")] == ["ppo_atari_multigpu.cleanrl_model"]
+    assert len(scalars["eval/episodic_return"]) == 1
+
+
+@needs("atari")
+def test_resume_auto_finds_the_run_of_an_ale_id(workdir):
+    # run directories of ALE/ ids use "-" for "/"; `auto` must find them, else every restart would start afresh.
+    # A finished run: the same command exits 0 without training again (and makes no new run).
+    run_dir = workdir / "runs" / "ALE-Pong-v5__ppo_atari__1__1700000000"
+    run_dir.mkdir(parents=True)
+    args = {**asdict(PPOAtariArgs()), "env_id": "ALE/Pong-v5"}
+    torch.save({"script": "ppo_atari.py", "args": args, "run_name": run_dir.name, "iteration": 3,
+                "global_step": 3072, "finished": True, "envs": None}, run_dir / "checkpoint.pt")
+    proc = run_script("ppo_atari.py", "--env-id", "ALE/Pong-v5", "--resume", "auto", cwd=workdir, timeout=120)
+    assert f"{run_dir.name} has already finished; nothing to resume" in proc.stdout
+    assert run_dirs(workdir) == [run_dir]
+
+
+def test_a_plain_run_resumes_with_compile(resumed, workdir):
+    # --compile changes speed only, so a run may switch it on when resumed; the losses follow the uninterrupted
+    # plain run within float rounding (the parity tolerance of tests/test_ppo.py)
+    run = resumed("ppo.py")
+    killed = copy_run(Path(run["killed"]), workdir)  # the run directory as the kill left it, resumed again
+    checkpoint = load(killed / "checkpoint.pt")
+    proc = run_script("ppo.py", *RESUMES["ppo.py"].args, "--checkpoint-frequency", "1", "--resume", "auto",
+                      "--compile", cwd=workdir)
+    assert f"after iteration {checkpoint['iteration']} (global step {checkpoint['global_step']})" in proc.stdout
+    assert run_dirs(workdir) == [killed]
+    plain, resumed_scalars = read_scalars(Path(run["uninterrupted"])), read_scalars(single_run_dir(workdir))
+    assert_losses_close(plain, resumed_scalars, ["losses/value_loss", "losses/policy_loss", "losses/entropy",
+                                                 "losses/approx_kl"], rtol=1e-4, atol=1e-6)
+    assert checkpoint["global_step"] < plain["losses/value_loss"][-1][0]
+    assert load(killed / "checkpoint.pt")["finished"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SIGTERM and SIGINT: a checkpoint at the next safe point, exit 0
+@pytest.mark.parametrize("row", script_params(list(STOPS)))
+def test_sigterm_saves_a_loadable_checkpoint_and_exits_0(row, stopped):
+    case, run = STOPS[row.name], stopped(row.name)
+    run_dir = Path(run["run_dir"])
+    checkpoint = load(run_dir / "checkpoint.pt")  # weights_only: the whole checkpoint is plain tensors and values
+    step = checkpoint["global_step"]
+    assert f"SIGTERM: stopped after global step {step}; checkpoint saved to runs/{run_dir.name}/checkpoint.pt" in (
+        run["stdout"])
+    assert not checkpoint["finished"] and step == case.per_iteration * checkpoint["iteration"] and step > 0
+    assert not list(run_dir.glob("checkpoint.pt.tmp"))
+    assert not list(run_dir.glob("*.cleanrl_model")), "a stopped run is not finished: no final model"
+    logged = read_scalars(run_dir).get(row.losses[0], [])
+    if case.logs_every_iteration:
+        assert logged[-1][0] == step, "the last logged update is the checkpoint's"
+    else:
+        assert not logged or logged[-1][0] <= step
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --eval-only
+@dataclass(frozen=True)
+class Eval:
+    episodes: int
+    env: str  # the env the line names
+    flags: tuple = ()  # for both evaluations
+    file_flags: tuple = ()  # for the bare .cleanrl_model only (evaluated on --env-id)
+    mean: tuple = (-math.inf, math.inf)  # where the mean return lies
+
+
+EVALS = {
+    # the greedy policy and the seeded evaluation envs make it deterministic (videos change nothing)
+    "ppo.py": Eval(3, "CartPole-v1", file_flags=("--capture-video",)),
+    "ppo_continuous_action.py": Eval(2, "Pendulum-v1", file_flags=("--env-id", "Pendulum-v1"), mean=(-3300, 0)),
+    # the evaluation's epsilon-greedy Generator and envs are seeded
+    "dqn.py": Eval(3, "CartPole-v1"),
+    # the deterministic actor and the seeded evaluation envs
+    "sac_continuous_action.py": Eval(2, "Pendulum-v1", file_flags=("--env-id", "Pendulum-v1"), mean=(-3300, 0)),
+    # the sampled actions come from the seeded torch generator, the eval env from seed + 10000; real Breakout
+    # scores of games cut at 400 frames (100 agent steps)
+    "ppo_atari.py": Eval(2, "BreakoutNoFrameskip-v4", flags=("--eval-max-frames", "400"), mean=(0, 20)),
+    "dqn_atari.py": Eval(1, "BreakoutNoFrameskip-v4", flags=("--eval-max-frames", "2000")),
+    # starpilot's rewards are non-negative
+    "ppg_procgen.py": Eval(1, "StarpilotEasy-v0", file_flags=("--env-id", "starpilot"), mean=(0, math.inf)),
+}
+
+
+@pytest.mark.parametrize("row", script_params(list(EVALS)))
+def test_eval_only_on_a_run_directory_and_on_its_model_file(row, resumed, workdir):
+    # a run directory (its checkpoint brings the env id) and the bare .cleanrl_model (evaluated on --env-id)
+    case, run = EVALS[row.name], resumed(row.name)
+    run_dir = single_run_dir(run["cwd"])
+    episodes = ("--eval-episodes", str(case.episodes))
+    by_dir = run_script(row.name, "--eval-only", str(run_dir), *episodes, *case.flags, cwd=workdir)
+    by_file = run_script(row.name, "--eval-only", str(run_dir / f"{row.name[:-3]}.cleanrl_model"), *episodes,
+                         *case.flags, *case.file_flags, cwd=workdir)
+    line = eval_line(by_dir.stdout)
+    assert line.endswith(f"over {case.episodes} episodes of {case.env}"), line
+    mean, std = eval_mean_std(line)
+    assert case.mean[0] <= mean <= case.mean[1] and std >= 0, line
+    assert eval_line(by_file.stdout) == line
+    assert run_dirs(workdir) == [] and run_dirs(run["cwd"]) == [run_dir], "evaluation must not create a run"
+    if "--capture-video" in case.file_flags:
+        assert list((workdir / "videos").glob("*-eval/*.mp4"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A non-finite loss or parameter stops the run, naming step and quantity, and keeps the last checkpoint
+@dataclass(frozen=True)
+class NonFinite:
+    source: str  # "resumed": the checkpoint a kill left (RESUMES), "stopped": the one SIGTERM left (STOPS)
+    poison: Callable[[dict], None]  # NaN into one of Adam's first moments: the next step writes NaN into a network
+    expected: Callable[[dict], list]  # what the error line says, given the checkpoint
+
+
+def first_moment(optimizer: str, index: int) -> Callable[[dict], None]:
+    def poison(checkpoint: dict) -> None:
+        checkpoint[optimizer]["state"][index]["exp_avg"].view(-1)[0] = math.nan
+
+    return poison
+
+
+def after_iteration(steps: int, losses: bool = True) -> Callable[[dict], list]:
+    # the resumed iteration's first optimizer step writes NaN, the next minibatch's losses are NaN, and the
+    # end-of-update check stops the run before the next checkpoint is written
+    return lambda c: [f"error: non-finite {'losses/' if losses else ''}", "(nan)",
+                      f"at global step {c['global_step'] + steps} (iteration {c['iteration'] + 1}); stopped without"]
+
+
+def sac_expected(c: dict) -> list:
+    # found at the next logging step (every 100) or before the next save (50 updates later), whichever comes first
+    g = c["global_step"]
+    step = min((g // 100 + 1) * 100, g + 50)
+    return [f"at global step {step} (gradient update {step - 200})"]
+
+
+def dqn_expected(c: dict) -> list:
+    # no memory saved: it refills for 500 steps; the first gradient step then writes NaN into the network, found at
+    # the next logging step (multiples of 100) or before the next checkpoint (every 10 updates)
+    step, updates = c["global_step"], c["updates"]
+    while True:
+        step += 1
+        if step > c["global_step"] + 500 and step % 10 == 0:
+            updates += 1
+            if step % 100 == 0:
+                return [f"at global step {step} (gradient update {updates})"]
+            if updates % 10 == 0:
+                return [f"at global step {step} (iteration {step})"]
+
+
+NON_FINITE = {
+    # ppo: parameter 6 is the actor's first layer, after the critic's 3 layers
+    "ppo.py": NonFinite("resumed", first_moment("optimizer", 6), after_iteration(128)),
+    # ppo_atari: parameter 8 is the actor head, after the 4 layers of the Nature CNN
+    "ppo_atari.py": NonFinite("stopped", first_moment("optimizer", 8), after_iteration(64)),
+    # ppg: parameter 0 is the policy's first conv layer
+    "ppg_procgen.py": NonFinite("stopped", first_moment("optimizer", 0), after_iteration(32, losses=False)),
+    # sac: qf1's first layer; the replay memory was saved, so learning goes on at once
+    "sac_continuous_action.py": NonFinite("resumed", first_moment("q_optimizer", 0), sac_expected),
+    # dqn: the first layer's weight
+    "dqn.py": NonFinite("stopped", first_moment("optimizer", 0), dqn_expected),
+}
+
+
+@pytest.mark.parametrize("row", script_params(list(NON_FINITE)))
+def test_non_finite_stops_naming_step_and_quantity_and_keeps_the_checkpoint(row, resumed, stopped, workdir):
+    case = NON_FINITE[row.name]
+    source = Path(resumed(row.name)["killed"] if case.source == "resumed" else stopped(row.name)["run_dir"])
+    run_dir = copy_run(source, workdir)
+    checkpoint = load(run_dir / "checkpoint.pt")
+    case.poison(checkpoint)
+    torch.save(checkpoint, run_dir / "checkpoint.pt")
+    before = (run_dir / "checkpoint.pt").read_bytes()
+    proc = run_script(row.name, "--resume", str(run_dir), cwd=workdir, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: non-finite losses/") and "(nan)" in last, proc.stderr[-3000:]
-    assert f"at global step {step} (iteration {iteration}); stopped without saving" in last
-    assert checkpoint_path.read_bytes() == before, "the last good checkpoint was overwritten"
-    assert not list(workdir.glob("runs/*/*.cleanrl_model"))
+    assert last.startswith("error: non-finite "), proc.stderr[-3000:]
+    for part in case.expected(checkpoint) + ["; stopped without saving, so the last good checkpoint is kept"]:
+        assert part in last, (part, last)
+    assert run_dirs(workdir) == [run_dir], "the resumed run is the copied one"
+    assert (run_dir / "checkpoint.pt").read_bytes() == before, "the last good checkpoint was overwritten"
+    assert not list(run_dir.glob("*.cleanrl_model"))
 
 
-def test_progress_line_only_on_a_terminal(workdir):
-    args = [str(ROOT / "cleanrl" / "ppo.py"), "--num-steps", "32", "--total-timesteps", "256"]
-
-    def stderr_on_a_terminal(*extra: str) -> str:
-        leader, follower = pty.openpty()
-        proc = subprocess.Popen([sys.executable, *args, *extra], cwd=workdir, env=script_env(),
-                                stdout=subprocess.DEVNULL, stderr=follower)
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(leader)
-        assert proc.wait(timeout=120) == 0
-        return b"".join(chunks).decode(errors="replace")
-
-    shown = stderr_on_a_terminal()
-    assert "\r256/256 steps (100%) |" in shown and " SPS | return " in shown
-    assert "steps (" not in stderr_on_a_terminal("--no-progress")
+# ---------------------------------------------------------------------------------------------------------------
+# What a checkpoint holds
+@needs("procgen")
+def test_a_ppg_checkpoint_inside_a_policy_phase_holds_its_stored_rollouts(resumed, stopped):
+    killed = load(Path(resumed("ppg_procgen.py")["killed"]) / "checkpoint.pt")
+    iteration = killed["iteration"]
+    # inside the phase: the rollouts stored so far, 2 per iteration (one per env), whole and uint8
+    aux = killed["aux"]
+    assert aux["obs"].shape == (2 * iteration, 16, 3, 64, 64) and aux["obs"].dtype == torch.uint8
+    assert aux["returns"].shape == aux["valid"].shape == (2 * iteration, 16)
+    assert aux["obs"].untyped_storage().nbytes() == aux["obs"].numel(), "a slice saved with its whole storage"
+    assert aux["obs"].float().std() > 0, "the saved observations are frames, not empty memory"
+    assert set(killed["reward_normalizer"]) == {"mean", "var", "count"}
+    assert killed["reward_normalizer"]["count"] > 1  # it has seen the first iteration's returns
+    # with policy phases of 2 iterations, odd iterations end inside a phase and carry one iteration's rollouts;
+    # even ones end a phase
+    sigterm = load(Path(stopped("ppg_procgen.py")["run_dir"]) / "checkpoint.pt")
+    assert (sigterm["aux"] is None) == (sigterm["iteration"] % 2 == 0)
 
 
-@pytest.mark.parametrize(
-    "script, args, message",
-    [
-        ("ppo.py", ["--resume", "runs/nowhere"], "error: no checkpoint at runs/nowhere"),
-        ("ppo.py", ["--resume", "missing.pt"], "error: no checkpoint at missing.pt"),
-        ("ppo.py", ["--checkpoint-frequency", "5"],
-         "error: --checkpoint-frequency writes checkpoints, which needs --save-model"),
-        ("ppo.py", ["--checkpoint-frequency", "-1", "--save-model"],
-         "error: --checkpoint-frequency must be at least 0"),
-        ("ppo.py", ["--eval-only", "nothing.cleanrl_model"], "error: no saved model at nothing.cleanrl_model"),
-        ("ppo.py", ["--resume", "other.pt"],
-         "error: other.pt is not a checkpoint of ppo.py (it was written by dqn.py)"),
-        ("ppo_continuous_action.py", ["--resume", "ppo.pt"],
-         "error: ppo.pt is not a checkpoint of ppo_continuous_action.py (it was written by ppo.py)"),
-        ("ppo.py", ["--resume", "ppo.pt", "--env-id", "Acrobot-v1"],
-         "error: cannot change --env-id (the checkpoint has 'CartPole-v1') when resuming"),
-        ("ppo.py", ["--resume", "ppo.pt", "--cudagraphs"],
-         "error: cannot change --cudagraphs (the checkpoint has False) when resuming"),
-        ("ppo.py", ["--resume", "finished.pt"], "error: finished.pt is the end of a finished run (global step 1024)"),
-        ("ppo.py", ["--resume", "garbage.pt"], "error: cannot read checkpoint garbage.pt"),
-    ],
-)
-def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir, script, args, message):
-    ppo_args = asdict(PPOArgs())
+@pytest.mark.parametrize("row", script_params(["dqn_atari.py", "c51_atari.py"]))
+def test_an_atari_value_checkpoint_holds_the_frame_memory_and_learning_goes_on_at_once(row, resumed):
+    run = resumed(row.name)
+    killed = load(Path(run["killed"]) / "checkpoint.pt")
+    # the games' state is not saved; the frame memory is, with its bookkeeping and its sampling Generator
+    assert killed["envs"] is None and killed["updates"] == 25 and killed["global_step"] == killed["iteration"] == 200
+    memory = killed["replay_buffer"]
+    assert memory["frames"].dtype == torch.uint8 and memory["written"].sum().item() >= 200
+    # the memory came back, so learning went on at once: (400 - 100) / 4 gradient steps over the whole run
+    final = load(single_run_dir(run["cwd"]) / "checkpoint.pt")
+    assert final["updates"] == 75
+
+
+@pytest.mark.parametrize("row", script_params(["sac_continuous_action.py"]))
+def test_a_sac_checkpoint_holds_the_learned_temperature(row, resumed, stopped):
+    sigterm = load(Path(stopped(row.name)["run_dir"]) / "checkpoint.pt")
+    assert sigterm["replay_buffer"] is None and sigterm["updates"] >= 20
+    assert sigterm["updates"] == sigterm["global_step"] - 200
+    assert sigterm["log_alpha"].shape == (1,)
+    assert sigterm["a_optimizer"]["state"], "the temperature's optimizer has taken steps"
+    final = load(single_run_dir(resumed(row.name)["cwd"]) / "checkpoint.pt")
+    assert not torch.equal(final["log_alpha"], torch.zeros(1))
+
+
+@pytest.mark.parametrize("row", script_params(["dqn.py"]))
+def test_a_dqn_checkpoint_holds_the_replay_memory_only_with_save_buffer(row, resumed, stopped):
+    sigterm = load(Path(stopped(row.name)["run_dir"]) / "checkpoint.pt")
+    assert sigterm["replay_buffer"] is None and sigterm["updates"] >= 10
+    assert sigterm["global_step"] >= 510 and sigterm["updates"] == cartpole_updates(sigterm["global_step"])
+    logged = read_scalars(Path(stopped(row.name)["run_dir"]))["losses/td_loss"]
+    assert logged and logged[-1][0] <= sigterm["global_step"]
+    # with --save-buffer even the final checkpoint holds the whole memory: 2000 transitions in a memory of 10000
+    final = load(single_run_dir(resumed(row.name)["cwd"]) / "checkpoint.pt")
+    assert final["finished"] and final["replay_buffer"]["pos"] == 2000 and not final["replay_buffer"]["full"]
+
+
+def test_aux_buffer_state_round_trip_holds_only_the_stored_iterations():
+    n_iteration, num_envs, num_steps = 3, 2, 4
+    buf = AuxBuffer(n_iteration, num_envs, num_steps, (1, 2, 2), n_actions=3)
+    for it in range(2):  # two of the phase's three iterations stored, as at a checkpoint after its 2nd iteration
+        code = torch.tensor([[it * 50 + env * 10 + step for env in range(num_envs)] for step in range(num_steps)])
+        buf.store(it, code.to(torch.uint8)[:, :, None, None, None].expand(num_steps, num_envs, 1, 2, 2),
+                  returns=code.float() / 2, valid=(code % 3 != 0))
+    state = buf.state_dict()
+    assert state["obs"].shape == (4, num_steps, 1, 2, 2) and state["returns"].shape == (4, num_steps)
+    # copies, so torch.save writes these rows and not the whole (partly unfilled) buffer
+    assert state["obs"].untyped_storage().nbytes() == 4 * num_steps * 4
+    restored = AuxBuffer(n_iteration, num_envs, num_steps, (1, 2, 2), n_actions=3)
+    restored.load_state_dict(state)
+    rows = np.arange(4)
+    for a, b in zip(buf.batch(rows, torch.device("cpu"))[:2], restored.batch(rows, torch.device("cpu"))[:2]):
+        assert torch.equal(a, b)
+    assert torch.equal(buf.valid[:4], restored.valid[:4])
+    # row 3 = iteration 1, env 1: codes 60..63
+    assert restored.obs[3, :, 0, 0, 0].tolist() == [60, 61, 62, 63]
+
+
+def test_reward_normalizer_state_round_trip_restarts_the_running_returns():
+    norm = RewardNormalizer(num_envs=2, gamma=0.5)
+    for reward in ([2.0, 4.0], [1.0, -3.0], [0.5, 7.0]):
+        norm(np.array(reward), done=np.zeros(2, bool), valid=np.ones(2, bool))
+    state = norm.state_dict()
+    assert all(type(v) is float for v in state.values())  # plain floats load with weights_only=True
+    restored = RewardNormalizer(num_envs=2, gamma=0.5)
+    restored.load_state_dict(state)
+    assert (restored.mean, restored.var, restored.count) == (norm.mean, norm.var, norm.count)
+    np.testing.assert_array_equal(restored.ret, [0.0, 0.0])  # new episodes after a resume
+    # with the same statistics and the returns restarted, the next rewards are scaled the same way
+    norm.ret[:] = 0.0
+    step = (np.array([3.0, -1.0]), np.zeros(2, bool), np.ones(2, bool))
+    np.testing.assert_array_equal(restored(*step), norm(*step))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad lifecycle input: one `error:` line, exit 1, before any run directory
+SAVE_BUFFER_ERROR = "error: --save-buffer puts the replay memory into checkpoints, which needs --save-model"
+
+
+def bad(script: str, args: list, message: str, one_line: bool = True, exact: bool = False):
+    return pytest.param(script, args, message, one_line, exact, id=f"{script[:-3]}:{' '.join(args)}",
+                        marks=script_params([script])[0].marks)
+
+
+BAD_INPUT = [
+    # what --resume names
+    bad("ppo.py", ["--resume", "runs/nowhere"], "error: no checkpoint at runs/nowhere"),
+    bad("c51_atari.py", ["--resume", "runs/nowhere"], "error: no checkpoint at runs/nowhere", one_line=False),
+    bad("ppo.py", ["--resume", "missing.pt"], "error: no checkpoint at missing.pt"),
+    bad("ppo.py", ["--resume", "garbage.pt"], "error: cannot read checkpoint garbage.pt"),
+    bad("ppo.py", ["--resume", "finished.pt"], "error: finished.pt is the end of a finished run (global step 1024)"),
+    # another script's checkpoint
+    bad("ppo.py", ["--resume", "dqn.pt"], "error: dqn.pt is not a checkpoint of ppo.py (it was written by dqn.py)"),
+    bad("ppo_continuous_action.py", ["--resume", "ppo.pt"],
+        "error: ppo.pt is not a checkpoint of ppo_continuous_action.py (it was written by ppo.py)"),
+    bad("ppo_atari.py", ["--resume", "ppo.pt"],
+        "error: ppo.pt is not a checkpoint of ppo_atari.py (it was written by ppo.py)"),
+    bad("ppg_procgen.py", ["--resume", "ppo.pt"],
+        "error: ppo.pt is not a checkpoint of ppg_procgen.py (it was written by ppo.py)"),
+    bad("c51.py", ["--eval-only", "dqn_run"],
+        "error: dqn_run/checkpoint.pt is not a checkpoint of c51.py (it was written by dqn.py)"),
+    # flags a resumed run may not change
+    bad("ppo.py", ["--resume", "ppo.pt", "--env-id", "Acrobot-v1"],
+        "error: cannot change --env-id (the checkpoint has 'CartPole-v1') when resuming"),
+    bad("ppg_procgen.py", ["--resume", "ppg.pt", "--env-id", "bigfish"],
+        "error: cannot change --env-id (the checkpoint has 'starpilot') when resuming"),
+    bad("ppo.py", ["--resume", "ppo.pt", "--cudagraphs"],
+        "error: cannot change --cudagraphs (the checkpoint has False) when resuming"),
+    bad("dqn.py", ["--resume", "dqn.pt", "--seed", "2", "--learning-rate", "0.1"],
+        "error: cannot change --seed (the checkpoint has 1), --learning-rate (the checkpoint has 0.00025) "
+        "when resuming",
+        exact=True),
+    # each rank takes back its own generators, so a checkpoint of 2 ranks cannot continue in 1 process
+    bad("ppo_atari_multigpu.py", ["--resume", "two_ranks.pt"],
+        "error: the checkpoint was written by 2 ranks; resume it with as many, not 1", exact=True),
+    # checkpoint flags
+    bad("ppo.py", ["--checkpoint-frequency", "5"],
+        "error: --checkpoint-frequency writes checkpoints, which needs --save-model"),
+    bad("ppo.py", ["--checkpoint-frequency", "-1", "--save-model"], "error: --checkpoint-frequency must be at least 0"),
+    bad("dqn.py", ["--save-buffer"], SAVE_BUFFER_ERROR, one_line=False),
+    bad("dqn_atari.py", ["--save-buffer"], SAVE_BUFFER_ERROR, one_line=False),
+    *[bad(s, ["--env-id", "Pendulum-v1", "--save-buffer"], SAVE_BUFFER_ERROR, exact=True)
+      for s in ("sac_continuous_action.py", "td3_continuous_action.py", "ddpg_continuous_action.py")],
+    # what --eval-only names
+    *[bad(s, ["--eval-only", "nothing.cleanrl_model"], "error: no saved model at nothing.cleanrl_model")
+      for s in ("ppo.py", "ppo_atari.py", "ppg_procgen.py")],
+]
+
+
+@pytest.mark.parametrize("script, args, message, one_line, exact", BAD_INPUT)
+def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir, script, args, message, one_line,
+                                                                        exact):
     common = {"run_name": "x", "iteration": 8, "global_step": 1024, "finished": False, "envs": None}
-    torch.save({"script": "dqn.py", "args": {}, **common}, workdir / "other.pt")
-    torch.save({"script": "ppo.py", "args": ppo_args, **common}, workdir / "ppo.pt")
-    torch.save({"script": "ppo.py", "args": ppo_args, **common, "finished": True}, workdir / "finished.pt")
+    torch.save({"script": "ppo.py", "args": asdict(PPOArgs()), **common}, workdir / "ppo.pt")
+    torch.save({"script": "ppo.py", "args": asdict(PPOArgs()), **common, "finished": True}, workdir / "finished.pt")
+    torch.save({"script": "dqn.py", "args": asdict(DQNArgs()), **common}, workdir / "dqn.pt")
+    (workdir / "dqn_run").mkdir()
+    shutil.copy(workdir / "dqn.pt", workdir / "dqn_run" / "checkpoint.pt")
+    torch.save({"script": "ppg_procgen.py", "args": asdict(PPGArgs()), **common}, workdir / "ppg.pt")
+    torch.save({"script": "ppo_atari_multigpu.py", "args": asdict(MultiGPUArgs()), **common, "envs": [None, None],
+                "rng": [{}, {}]}, workdir / "two_ranks.pt")
     (workdir / "garbage.pt").write_bytes(b"not a checkpoint")
-    proc = run_script(script, *args, cwd=workdir, check=False)
-    assert proc.returncode == 1
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(message), proc.stderr[-2000:]
-    assert run_dirs(workdir) == []
-
-
-def test_find_non_finite_names_the_quantity():
-    module = nn.Linear(2, 1)
-    assert find_non_finite({"losses/value_loss": 1.0}, {"agent": module}) is None
-    assert find_non_finite({"losses/value_loss": math.inf}, {"agent": module}) == "losses/value_loss (inf)"
-    with torch.no_grad():
-        module.bias.fill_(math.nan)
-    assert find_non_finite({"losses/value_loss": 1.0}, {"agent": module}) == "parameter agent.bias"
-
-
-def test_save_checkpoint_is_atomic(tmp_path):
-    path = str(tmp_path / "checkpoint.pt")
-    save_checkpoint({"global_step": 1}, path)
-    with pytest.raises(Exception):
-        save_checkpoint({"global_step": 2, "bad": lambda: None}, path)  # fails while writing
-    assert torch.load(path, weights_only=True) == {"global_step": 1}
-    save_checkpoint({"global_step": 3}, path)
-    assert torch.load(path, weights_only=True) == {"global_step": 3}
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint.pt"]
+    proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, timeout=120)
+    if exact:
+        assert proc.stderr.strip().splitlines()[-1] == message

@@ -12,6 +12,13 @@ from tests.helpers import ROOT, run_script, script_env, single_run_dir
 from tests.scripts import SCRIPTS, script_params
 
 DRAW = r"\r\d+/\d+ steps \(\d+%\) \| \d+ SPS \| return \S+  "
+# torchrun's own banner (when OMP_NUM_THREADS is unset) and the ranks' start-up and checksum lines
+NOT_THE_RUNS = re.compile(r"^(\**|Setting OMP_NUM_THREADS .*|rank \d+/\d+[ :].*)$")
+
+
+def run_lines(text: str) -> list[str]:
+    """The lines the run itself prints (the run directory first, the summary last), without torchrun's."""
+    return [line for line in text.splitlines() if not NOT_THE_RUNS.match(line)]
 
 
 def output_on_a_terminal(row, cwd, *extra: str) -> str:
@@ -44,15 +51,21 @@ def test_on_a_terminal_only_the_progress_line_rewrites_itself(row, workdir):
     start = shown.index("\r")
     line = shown[start : shown.index("\n", start) + 1]
     assert re.fullmatch(f"({DRAW})+\n", line), repr(line[-500:])
+    if row.episodes:  # once episodes have ended, the line shows the mean of their returns
+        last_draw = line[line.rindex("\r"):]
+        assert re.match(r"\r\S+ steps \(\d+%\) \| \d+ SPS \| return -?\d", last_draw), repr(last_draw)
     assert "progress: step" not in shown, "the plain log lines are for files, not terminals"
-    assert shown.splitlines()[0] == f"run directory: runs/{single_run_dir(workdir).name}"
-    assert shown.rstrip("\n").splitlines()[-1].startswith(f"done: {total} steps in ")
+    # the line replaces any per-iteration (or per-phase) log line
+    assert not [ln for ln in shown.splitlines() if re.search(r"\b(iteration|phase)\b", ln)], shown[-2000:]
+    assert run_lines(shown)[0] == f"run directory: runs/{single_run_dir(workdir).name}"
+    assert run_lines(shown)[-1].startswith(f"done: {total} steps in ")
 
 
-def test_no_progress_draws_nothing_on_a_terminal(workdir):
-    shown = output_on_a_terminal(SCRIPTS["ppo.py"], workdir, "--no-progress")
+@pytest.mark.parametrize("row", script_params(["ppo.py", "dqn.py", "sac_continuous_action.py"]))
+def test_no_progress_draws_nothing_on_a_terminal(row, workdir):
+    shown = output_on_a_terminal(row, workdir, "--no-progress")
     assert "\r" not in shown and "steps (" not in shown
-    assert shown.rstrip("\n").splitlines()[-1].startswith("done: 256 steps in ")
+    assert run_lines(shown)[-1].startswith(f"done: {row.loss_steps[-1]} steps in ")
 
 
 @pytest.mark.parametrize("row", script_params())
@@ -64,7 +77,7 @@ def test_into_a_file_plain_progress_lines_then_a_summary(row, workdir):
     with open(log, "w") as f:
         assert subprocess.run(cmd, cwd=workdir, env=script_env(), stdout=f, stderr=subprocess.STDOUT,
                               timeout=600).returncode == 0
-    lines = log.read_text().splitlines()
+    lines = run_lines(log.read_text())
     assert "\r" not in log.read_text()
     assert lines[0] == f"run directory: runs/{single_run_dir(workdir).name}"
     progress = [ln for ln in lines if ln.startswith("progress: ")]
