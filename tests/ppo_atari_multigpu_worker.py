@@ -21,11 +21,11 @@ from cleanrl.ppo_atari_multigpu import (  # noqa: E402
     Agent,
     all_reduce_gradients,
     broadcast_parameters,
-    distributed_env,
     gather_episodes,
     normalize_advantages,
     stop_early,
 )
+from runtime import torchrun_env  # noqa: E402
 
 GLOBAL_MINIBATCH = 16
 N_ACTIONS = 4
@@ -62,7 +62,7 @@ def ppo_loss(agent: Agent, mb: dict, world_size: int) -> torch.Tensor:
 
 if __name__ == "__main__":
     out_dir = Path(sys.argv[1])
-    rank, _, _, world_size = distributed_env()
+    rank, _, _, world_size = torchrun_env()
     if world_size > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:

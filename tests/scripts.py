@@ -1,8 +1,9 @@
 """The one table of scripts the behaviour tests are parametrized over (as Stable-Baselines3's suite is).
 
 Each row gives a tiny budget that reaches the learning update more than once, the losses it must log and the
-steps they are logged at, the optional dependency it needs and how it is launched. `script_params(...)` turns
-rows into pytest parameters that skip (or, under CLEANRL_REQUIRE_ALL=1, fail) when the extra is missing.
+steps they are logged at, the values its schedules log, the optional dependency it needs and how it is launched.
+`script_params(...)` turns rows into pytest parameters that skip (or, under CLEANRL_REQUIRE_ALL=1, fail) when the
+extra is missing.
 """
 
 import importlib.util
@@ -34,11 +35,13 @@ class Script:
     needs: Optional[str] = None  # optional dependency: "atari", "mujoco" or "procgen"
     eval_args: tuple = ()  # flags that keep the final evaluation short
     launcher: Optional[tuple] = None  # torchrun for the distributed script
-    other: dict = field(default_factory=dict)  # other keys the tiny run logs, with their steps
+    other: dict = field(default_factory=dict)  # other keys the tiny run logs, with their steps (SPS after the warm-up)
+    logged: dict = field(default_factory=dict)  # values of the tiny run's schedules: {key: values in logged order}
 
 
 PPO_LOSSES = ("losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
               "losses/approx_kl", "losses/clipfrac", "losses/explained_variance")
+AUX_LOSSES = ("losses/aux_kl_loss", "losses/aux_value_loss", "losses/aux_pi_value_loss")
 ATARI_EVAL = ("--eval-max-frames", "400")
 # value-based: 2000 CartPole steps, learning after 500 with a gradient step every 10 steps; losses every 100 steps
 CLASSIC_VALUE = ("--total-timesteps", "2000", "--learning-starts", "500", "--target-network-frequency", "500",
@@ -48,44 +51,60 @@ ATARI_VALUE = ("--total-timesteps", "400", "--learning-starts", "100", "--buffer
                "--target-network-frequency", "100")
 # continuous off-policy on Pendulum: 400 steps, learning after 200; losses every 100 steps; 2 episodes of 200
 PENDULUM_OFF = ("--env-id", "Pendulum-v1", "--learning-starts", "200", "--total-timesteps", "400", "--batch-size", "32")
+# the same three on HalfCheetah-v5 (optional dependency mujoco): 200 steps, learning after 100; losses and SPS at 200
+HALFCHEETAH_OFF = ("--env-id", "HalfCheetah-v5", "--learning-starts", "100", "--total-timesteps", "200",
+                   "--batch-size", "32")
 
 SCRIPTS = {s.name: s for s in [
     # 4 envs x 32 steps = 128 steps an iteration, 2 iterations
-    Script("ppo.py", ("--num-steps", "32", "--total-timesteps", "256"), PPO_LOSSES, (128, 256)),
-    # 1 env x 64 steps, 4 iterations; one 200-step episode ends
+    # (SPS counts from the end of the first iteration, the warm-up; the learning rate anneals linearly: 1, 1/2)
+    Script("ppo.py", ("--num-steps", "32", "--total-timesteps", "256"), PPO_LOSSES, (128, 256),
+           other={"charts/SPS": (256,)}, logged={"charts/learning_rate": (2.5e-4, 1.25e-4)}),
+    # 1 env x 64 steps, 4 iterations; one 200-step episode ends; the learning rate anneals 1, 3/4, 1/2, 1/4
     Script("ppo_continuous_action.py", ("--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4",
                                         "--update-epochs", "2", "--total-timesteps", "256"),
-           PPO_LOSSES, (64, 128, 192, 256)),
+           PPO_LOSSES, (64, 128, 192, 256), other={"charts/SPS": (128, 192, 256)},
+           logged={"charts/learning_rate": (3e-4, 2.25e-4, 1.5e-4, 0.75e-4), "charts/episodic_length": (200,)}),
     # 2 envs x 32 steps = 64 steps an iteration, 2 iterations (no Breakout game ends that soon)
     Script("ppo_atari.py", ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
                             "--total-timesteps", "128"),
-           PPO_LOSSES, (64, 128), episodes=False, needs="atari", eval_args=ATARI_EVAL),
+           PPO_LOSSES, (64, 128), episodes=False, needs="atari", eval_args=ATARI_EVAL, other={"charts/SPS": (128,)}),
     # 2 ranks with 1 env each x 32 steps = 64 global steps an iteration, 2 iterations
     Script("ppo_atari_multigpu.py", ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2",
                                      "--update-epochs", "1", "--total-timesteps", "128", "--no-cuda"),
            PPO_LOSSES, (64, 128), episodes=False, needs="atari", eval_args=ATARI_EVAL,
-           launcher=tuple(standalone(2))),
+           launcher=tuple(standalone(2)), other={"charts/SPS": (128,)}),
     Script("dqn.py", CLASSIC_VALUE, ("losses/td_loss", "losses/q_values"), tuple(range(600, 2001, 100)),
-           other={"charts/target_updates": (1000, 1500, 2000)}),
+           other={"charts/target_updates": (1000, 1500, 2000), "charts/SPS": tuple(range(600, 2001, 100))},
+           logged={"charts/target_updates": (1, 2, 3)}),
     Script("c51.py", CLASSIC_VALUE, ("losses/loss", "losses/q_values"), tuple(range(600, 2001, 100)),
-           other={"charts/target_updates": (1000, 1500, 2000)}),
+           other={"charts/target_updates": (1000, 1500, 2000), "charts/SPS": tuple(range(600, 2001, 100))},
+           logged={"charts/target_updates": (1, 2, 3)}),
     Script("dqn_atari.py", ATARI_VALUE, ("losses/td_loss", "losses/q_values"), (200, 300, 400), episodes=False,
-           needs="atari", eval_args=ATARI_EVAL, other={"charts/target_updates": (200, 300, 400)}),
+           needs="atari", eval_args=ATARI_EVAL,
+           other={"charts/target_updates": (200, 300, 400), "charts/SPS": (200, 300, 400)},
+           logged={"charts/target_updates": (1, 2, 3)}),
     Script("c51_atari.py", ATARI_VALUE, ("losses/loss", "losses/q_values"), (200, 300, 400), episodes=False,
-           needs="atari", eval_args=ATARI_EVAL, other={"charts/target_updates": (200, 300, 400)}),
+           needs="atari", eval_args=ATARI_EVAL,
+           other={"charts/target_updates": (200, 300, 400), "charts/SPS": (200, 300, 400)},
+           logged={"charts/target_updates": (1, 2, 3)}),
     Script("ddpg_continuous_action.py", PENDULUM_OFF, ("losses/qf1_loss", "losses/qf1_values", "losses/actor_loss"),
-           (300, 400)),
+           (300, 400), other={"charts/SPS": (300, 400)}, logged={"charts/episodic_length": (200, 200)}),
     Script("td3_continuous_action.py", PENDULUM_OFF,
            ("losses/qf1_loss", "losses/qf2_loss", "losses/qf1_values", "losses/qf2_values", "losses/qf_loss",
-            "losses/actor_loss"), (300, 400)),
+            "losses/actor_loss"), (300, 400), other={"charts/SPS": (300, 400)},
+           logged={"charts/episodic_length": (200, 200)}),
     Script("sac_continuous_action.py", PENDULUM_OFF,
            ("losses/qf1_loss", "losses/qf2_loss", "losses/qf1_values", "losses/qf2_values", "losses/qf_loss",
-            "losses/actor_loss", "losses/alpha", "losses/alpha_loss"), (300, 400)),
+            "losses/actor_loss", "losses/alpha", "losses/alpha_loss"), (300, 400), other={"charts/SPS": (300, 400)},
+           logged={"charts/episodic_length": (200, 200)}),
     # 2 envs x 16 steps = 32 steps an iteration, 2 iterations a phase: one policy phase and one auxiliary phase
+    # (over the 4 stored rollouts in 2 minibatches of 2), which logs once, after the policy phase
     Script("ppg_procgen.py", ("--num-envs", "2", "--num-steps", "16", "--n-iteration", "2", "--num-aux-rollouts",
                               "2", "--e-auxiliary", "1", "--num-minibatches", "2", "--total-timesteps", "64"),
-           PPO_LOSSES + ("losses/aux_kl_loss", "losses/aux_value_loss", "losses/aux_pi_value_loss"), (32, 64),
-           episodes=False, needs="procgen"),
+           PPO_LOSSES + AUX_LOSSES, (32, 64), episodes=False, needs="procgen",
+           other={"charts/SPS": (64,), "charts/learning_rate": (32, 64), **{key: (32, 64) for key in PPO_LOSSES},
+                  **{key: (64,) for key in AUX_LOSSES}}),
 ]}
 
 

@@ -1,25 +1,14 @@
-"""cleanrl/ddpg_continuous_action.py: the soft target update, the action scaling buffers, exploration noise and
-the action-space checks shared by the continuous off-policy family (end-to-end runs are in
-test_continuous_offpolicy.py)."""
+"""cleanrl/ddpg_continuous_action.py: the soft target update, the action scaling buffers and exploration noise, and
+(for the continuous off-policy family: ddpg, td3, sac) the action bounds saved with the actor. The family's space
+checks are in tests/test_bad_input.py."""
 
-from types import SimpleNamespace
-from unittest import mock
-
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-import runtime
 from cleanrl.ddpg_continuous_action import Actor, QNetwork, exploration_actions, soft_update
-from tests.helpers import assert_compile_parity, values
-
-
-def check_spaces(env_id, observation_space, action_space, script):
-    """The space checks, now in runtime.probe_env, on an environment with these spaces."""
-    env = SimpleNamespace(observation_space=observation_space, action_space=action_space)
-    with mock.patch.object(gym, "make", lambda _: env):
-        runtime.probe_env(env_id, gym.spaces.Box, script, finite_actions=True)
+from tests.helpers import run_script, single_run_dir
+from tests.scripts import script_params
 
 
 def test_soft_update_moves_the_target_by_exactly_tau():
@@ -71,38 +60,10 @@ def test_exploration_noise_is_scaled_by_the_half_range_and_clipped_to_the_bounds
     torch.testing.assert_close(out, torch.tensor([[0.55, -0.2], [1.0, 2.0]]))
 
 
-@pytest.mark.parametrize(
-    "action_space, message",
-    [
-        (gym.spaces.Discrete(3), "Box (continuous) actions only"),
-        (gym.spaces.Box(-np.inf, np.inf, (2,)), "unbounded"),
-        (gym.spaces.Box(np.array([-1.0, -1.0]), np.array([1.0, np.inf])), "unbounded"),
-        (gym.spaces.Box(-1.0, 1.0, (2, 2)), "1-D"),
-    ],
-)
-def test_unsupported_action_spaces_fail_in_one_line(action_space, message):
-    obs_space = gym.spaces.Box(-1.0, 1.0, (3,))
-    with pytest.raises(SystemExit) as e:
-        check_spaces("Fake-v0", obs_space, action_space, "ddpg_continuous_action.py")
-    assert str(e.value).startswith("error: Fake-v0") and message in str(e.value)
-
-
-def test_bounded_box_passes_the_check():
-    check_spaces("Fake-v0", gym.spaces.Box(-np.inf, np.inf, (17,)), gym.spaces.Box(-1.0, 1.0, (6,)), "x.py")
-
-
-PARITY_BUDGET = ["--env-id", "Pendulum-v1", "--learning-starts", "100", "--total-timesteps", "400", "--batch-size", "32",
-                 "--no-progress"]
-
-
-def test_compile_logs_the_same_losses_as_the_plain_path(workdir):
-    # Pendulum-v1, 100 random steps then 300 critic steps (150 delayed actor updates), losses logged at steps
-    # 200, 300 and 400. Measured: compiled and plain losses differ by at most 8e-7 relative (fused kernels' rounding);
-    # the exploration noise comes from torch's generator in both paths.
-    # The tolerance leaves room for rounding to grow with the updates; a wrong target or a skipped step moves the
-    # losses by far more. Episode returns agree within 1e-5 relative, not exactly: from step 101 the episodes act
-    # with the learning policy, whose rounding-level differences move the returns in the 7th digit (measured).
-    plain = assert_compile_parity(
-        "ddpg_continuous_action.py", PARITY_BUDGET, workdir, ["policy_step", "update_critic", "update_actor"], rtol=1e-4, atol=1e-6, episodes_rtol=1e-5
-    )
-    assert len(values(plain, "charts/episodic_return")) == 2
+@pytest.mark.parametrize("row", script_params(["ddpg_continuous_action.py", "td3_continuous_action.py",
+                                               "sac_continuous_action.py"]))
+def test_the_saved_actor_carries_the_action_bounds(row, workdir):
+    # the tiny Pendulum run of tests/scripts.py (actions in [-2, 2]), saved and evaluated
+    run_script(row.name, *row.args, "--save-model", "--eval-episodes", "1", cwd=workdir)
+    model = torch.load(single_run_dir(workdir) / f"{row.name[:-3]}.cleanrl_model")
+    torch.testing.assert_close(model["actor"]["action_scale"], torch.tensor([2.0]))

@@ -1,5 +1,6 @@
-"""cleanrl/ppo_continuous_action.py: normalization and the truncation bootstrap, the Gaussian policy,
-end-to-end runs on Pendulum and HalfCheetah, determinism, bad input, and learning on InvertedPendulum."""
+"""cleanrl/ppo_continuous_action.py: observation and reward normalization and the truncation bootstrap, the
+Gaussian policy, and what the saved model holds (the agent and both normalization statistics), on Pendulum and on
+HalfCheetah's 17-dimensional observations."""
 
 import math
 
@@ -8,25 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl.ppo_continuous_action import Agent, Args, NormalizeObservation, check_spaces, make_envs, normalize_obs
-from tests.helpers import (
-    assert_bad_input_rejected,
-    assert_compile_parity,
-    read_scalars,
-    run_script,
-    single_run_dir,
-    values,
-)
+from cleanrl.ppo_continuous_action import Agent, Args, NormalizeObservation, make_envs, normalize_obs
+from tests.helpers import read_scalars, run_script, single_run_dir, values
+from tests.scripts import PPO_LOSSES, SCRIPTS, needs
 
-LOSS_KEYS = [
-    "losses/value_loss",
-    "losses/policy_loss",
-    "losses/entropy",
-    "losses/old_approx_kl",
-    "losses/approx_kl",
-    "losses/clipfrac",
-    "losses/explained_variance",
-]
 TINY = ["--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2"]
 
 
@@ -113,22 +99,6 @@ def test_gaussian_log_prob_and_entropy_sum_over_action_dimensions():
     assert value.shape == (1, 1)
 
 
-def test_check_spaces_rejects_what_the_gaussian_policy_cannot_drive():
-    obs = gym.spaces.Box(-1.0, 1.0, (3,))
-    check_spaces("ok", obs, gym.spaces.Box(-2.0, 2.0, (1,)))
-    cases = [
-        (obs, gym.spaces.Box(-np.inf, np.inf, (2,)), "unbounded"),
-        (obs, gym.spaces.Box(np.array([-1.0, -np.inf]), np.array([1.0, 1.0])), "unbounded"),
-        (obs, gym.spaces.Discrete(3), "Box actions"),
-        (obs, gym.spaces.Box(-1.0, 1.0, (2, 2)), "Box actions"),
-        (gym.spaces.Dict({"a": obs}), gym.spaces.Box(-1.0, 1.0, (1,)), "Box observations"),
-    ]
-    for obs_space, action_space, message in cases:
-        with pytest.raises(SystemExit) as e:
-            check_spaces("Some-v0", obs_space, action_space)
-        assert str(e.value).startswith("error: Some-v0") and message in str(e.value)
-
-
 def test_normalize_observation_wrapper_freezes():
     envs = gym.vector.SyncVectorEnv(
         [lambda: gym.make("TwoStep-v0")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
@@ -141,21 +111,13 @@ def test_normalize_observation_wrapper_freezes():
     envs.close()
 
 
-def test_pendulum_end_to_end_logs_losses_and_saves_evaluated_model(workdir):
-    # 64 steps per iteration, 256 steps = 4 updates; Pendulum truncates at 200 steps, so one episode ends.
-    run_script("ppo_continuous_action.py", "--env-id", "Pendulum-v1", *TINY, "--total-timesteps", "256",
-               "--save-model", "--eval-episodes", "2", cwd=workdir)
+def test_the_saved_model_holds_the_agent_and_both_normalization_statistics(workdir):
+    # the tiny Pendulum run of tests/scripts.py: 4 iterations of 64 steps; one episode ends (truncated at 200)
+    row = SCRIPTS["ppo_continuous_action.py"]
+    run_script(row.name, *row.args, "--save-model", "--eval-episodes", "1", cwd=workdir)
     run_dir = single_run_dir(workdir)
-    scalars = read_scalars(run_dir)
-    for key in LOSS_KEYS + ["charts/learning_rate"]:
-        assert len(scalars.get(key, [])) == 4, key
-    # SPS is measured from the end of the first iteration (the warm-up), so 3 of 4 iterations log it
-    assert [step for step, _ in scalars["charts/SPS"]] == [128, 192, 256]
-    assert values(scalars, "charts/learning_rate") == pytest.approx([3e-4, 2.25e-4, 1.5e-4, 0.75e-4])
-    assert values(scalars, "charts/episodic_length") == [200]
-    # a raw Pendulum return: 200 rewards in [-16.3, 0]
-    assert -3300 < values(scalars, "charts/episodic_return")[0] < 0
-    assert len(values(scalars, "eval/episodic_return")) == 2
+    # a raw Pendulum return (not the normalized rewards the learner sees): 200 rewards in [-16.3, 0]
+    assert -3300 < values(read_scalars(run_dir), "charts/episodic_return")[0] < 0
     checkpoint = torch.load(run_dir / "ppo_continuous_action.cleanrl_model", weights_only=True)
     assert set(checkpoint) == {"agent", "obs_rms", "return_rms"}
     assert "actor_logstd" in checkpoint["agent"]
@@ -165,72 +127,15 @@ def test_pendulum_end_to_end_logs_losses_and_saves_evaluated_model(workdir):
     assert checkpoint["return_rms"]["count"] == pytest.approx(256 + 1e-4)
 
 
-def test_halfcheetah_end_to_end(workdir):
-    pytest.importorskip("mujoco", reason="optional dependency mujoco is not installed")
+@needs("mujoco")
+def test_halfcheetah_runs_through_its_updates_and_saves_17_dimensional_statistics(workdir):
     run_script("ppo_continuous_action.py", "--env-id", "HalfCheetah-v5", *TINY, "--total-timesteps", "128",
                "--save-model", "--eval-episodes", "1", cwd=workdir)
     run_dir = single_run_dir(workdir)
     scalars = read_scalars(run_dir)
-    for key in LOSS_KEYS + ["charts/learning_rate"]:
+    for key in PPO_LOSSES + ("charts/learning_rate",):
         assert len(scalars.get(key, [])) == 2, key
     assert [step for step, _ in scalars["charts/SPS"]] == [128]  # the first iteration is the warm-up
     assert len(values(scalars, "eval/episodic_return")) == 1
     checkpoint = torch.load(run_dir / "ppo_continuous_action.cleanrl_model", weights_only=True)
     assert checkpoint["obs_rms"]["mean"].shape == (17,)
-
-
-def test_track_and_capture_video(workdir):
-    run_script("ppo_continuous_action.py", "--env-id", "Pendulum-v1", *TINY, "--total-timesteps", "256",
-               "--track", "--capture-video", cwd=workdir)
-    assert list((workdir / "wandb").glob("offline-run-*")), "no offline W&B run was written"
-    assert list((workdir / "videos").rglob("*.mp4")), "no video was written"
-
-
-def test_same_seed_gives_identical_losses(workdir):
-    logged = []
-    for i in range(2):
-        cwd = workdir / f"run{i}"
-        cwd.mkdir()
-        run_script("ppo_continuous_action.py", "--env-id", "Pendulum-v1", *TINY, "--total-timesteps", "192", cwd=cwd)
-        scalars = read_scalars(single_run_dir(cwd))
-        logged.append({k: values(scalars, k) for k in LOSS_KEYS})
-    assert logged[0] == logged[1]
-    assert len(logged[0]["losses/policy_loss"]) == 3
-
-
-def test_compile_logs_the_same_losses_as_the_plain_path(workdir):
-    # Pendulum, 4 updates of 2 epochs x 4 minibatches; one episode ends (truncated at step 200).
-    # Measured: compiled and plain losses agree to within 3e-6 absolute (float rounding of fused kernels;
-    # the explained variance moves most); the tolerance leaves room for that to grow over 4 updates. The episode
-    # return agrees within 1e-5 relative, not exactly: Gaussian samples are continuous, so rounding moves every
-    # action a little (measured: 2e-4 on a return of about -1000).
-    plain = assert_compile_parity(
-        "ppo_continuous_action.py", ["--env-id", "Pendulum-v1", *TINY, "--total-timesteps", "256"], workdir,
-        ["policy_step", "update"], rtol=1e-4, atol=1e-5, min_updates=4, episodes_rtol=1e-5,
-    )
-    assert len(values(plain, "charts/episodic_return")) == 1
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--env-id", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
-        (["--env-id", "CartPole-v1"], "Box"),
-        (["--num-minibatches", "3"], "num-minibatches"),
-        (["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-    ],
-)
-def test_bad_input_fails_in_one_line_before_any_run_directory(workdir, args, message):
-    assert_bad_input_rejected("ppo_continuous_action.py", args, message, cwd=workdir)
-
-
-@pytest.mark.slow
-def test_learns_inverted_pendulum(workdir):
-    # Measured with seed 1 (42 s of CPU, 3 min wall on the loaded 2-core machine): the first 20 episodes
-    # average 6, the return first reaches the 1000 maximum near step 23k, the last 10 episodes average 1000.
-    pytest.importorskip("mujoco", reason="optional dependency mujoco is not installed")
-    run_script("ppo_continuous_action.py", "--env-id", "InvertedPendulum-v5", "--total-timesteps", "40960",
-               cwd=workdir, timeout=1200)
-    returns = values(read_scalars(single_run_dir(workdir)), "charts/episodic_return")
-    assert np.mean(returns[:20]) < 50, returns[:20]
-    assert np.mean(returns[-10:]) >= 500, returns[-10:]

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from tests.helpers import read_scalars, run_script, single_run_dir, values
-from tests.scripts import script_params
+from tests.scripts import HALFCHEETAH_OFF, needs, script_params
 
 
 def run_tiny(row, cwd, *extra: str):
@@ -54,3 +54,35 @@ def test_same_seed_gives_identical_losses(row, workdir):
         logged.append({k: v for k, v in scalars.items() if k.startswith(("losses/", "charts/episodic"))})
     assert logged[0] == logged[1]
     assert len(logged[0][row.losses[0]]) == len(row.loss_steps)
+
+
+# The scripts whose old tests ran with --track and --capture-video, and the other continuous off-policy ones.
+# ppo_atari.py (video of both env backends), ppo_atari_multigpu.py (two ranks) and ppg_procgen.py (its own recorder
+# of envpool's frames, and a budget in which env 0 ends an episode) check theirs in their own test files.
+TRACKED = ["ppo.py", "ppo_continuous_action.py", "dqn.py", "c51.py", "dqn_atari.py", "c51_atari.py",
+           "ddpg_continuous_action.py", "td3_continuous_action.py", "sac_continuous_action.py"]
+
+
+@pytest.mark.parametrize("row", script_params(TRACKED))
+def test_track_and_capture_video_then_every_loss_and_schedule_is_logged(row, workdir):
+    run_tiny(row, workdir, "--track", "--capture-video", "--save-model", "--eval-episodes", "2", *row.eval_args)
+    scalars = read_scalars(single_run_dir(workdir))
+    assert list((workdir / "wandb").glob("offline-run-*")), "no offline W&B run was written"
+    # a training episode of env 0, or (Atari, where the tiny budget ends no game) the evaluation's first game
+    assert list((workdir / "videos").rglob("*.mp4")), "no video was written"
+    for key in row.losses:
+        assert [step for step, _ in scalars[key]] == list(row.loss_steps), key
+    # the algorithm's schedules: learning-rate annealing, target-network updates, Pendulum's 200-step episodes
+    for key, expected in row.logged.items():
+        assert values(scalars, key) == pytest.approx(list(expected)), key
+    assert len(values(scalars, "eval/episodic_return")) == 2
+
+
+@needs("mujoco")
+@pytest.mark.parametrize("row", script_params(["ddpg_continuous_action.py", "td3_continuous_action.py",
+                                               "sac_continuous_action.py"]))
+def test_off_policy_scripts_run_through_their_updates_on_halfcheetah(row, workdir):
+    run_script(row.name, *HALFCHEETAH_OFF, cwd=workdir)
+    scalars = read_scalars(single_run_dir(workdir))
+    for key in row.losses + ("charts/SPS",):
+        assert [step for step, _ in scalars.get(key, [])] == [200], key
