@@ -536,8 +536,8 @@ if __name__ == "__main__":
                               torch.tensor(explained_var, dtype=torch.float32, device=device),
                               torch.tensor(float(run.stop.received is not None), device=device)])
         logged = mean_over_ranks(logged, world_size).tolist()
-        losses = dict(zip(["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
-                           "losses/approx_kl"], logged))
+        losses = {"losses/value_loss": logged[0], "losses/policy_loss": logged[1], "losses/entropy": logged[2],
+                  "losses/old_approx_kl": logged[3], "losses/approx_kl": logged[4]}
         if writer is not None:
             writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
             for key, value in losses.items():

@@ -170,6 +170,8 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
     name = run_prefix(args) + str(int(time.time())) if checkpoint is None else checkpoint["run_name"]
     writer = None
     if rank == 0:
+        say(f"run directory: runs/{name}" + ("" if checkpoint is None else f"; resuming {name} after iteration "
+                                              f"{checkpoint['iteration']} (global step {checkpoint['global_step']})"))
         if args.track:
             import wandb
             wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
@@ -179,8 +181,6 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
         if checkpoint is None:
             writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
                 f"|{key}|{value}|" for key, value in vars(args).items()))
-        say(f"run directory: runs/{name}" + ("" if checkpoint is None else f"; resuming {name} after iteration "
-                                              f"{checkpoint['iteration']} (global step {checkpoint['global_step']})"))
     seed_everything(args.seed, args.torch_deterministic)
     return Run(args, script_name(type(args)), name, writer, pick_device(args, local_rank), checkpoint, num_iterations,
                steps_per_iteration, rank)

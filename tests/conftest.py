@@ -12,6 +12,10 @@ def pytest_cmdline_main(config):
         "PYTEST_XDIST_WORKER"
     ):
         config.option.numprocesses = min(8, max(2, os.cpu_count() or 2))
+        # work stealing: a worker that runs out takes tests queued on the other, so one long test (a compile
+        # parity, a torchrun job) at the end of a queue does not leave the other process idle
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"
 
 
 @pytest.fixture

@@ -10,15 +10,9 @@ import pytest
 
 from tests.helpers import ROOT, run_script, script_env, single_run_dir
 from tests.scripts import SCRIPTS, script_params
+from tests.test_run import run_lines
 
 DRAW = r"\r\d+/\d+ steps \(\d+%\) \| \d+ SPS \| return \S+  "
-# torchrun's own banner (when OMP_NUM_THREADS is unset) and the ranks' start-up and checksum lines
-NOT_THE_RUNS = re.compile(r"^(\**|Setting OMP_NUM_THREADS .*|rank \d+/\d+[ :].*)$")
-
-
-def run_lines(text: str) -> list[str]:
-    """The lines the run itself prints (the run directory first, the summary last), without torchrun's."""
-    return [line for line in text.splitlines() if not NOT_THE_RUNS.match(line)]
 
 
 def output_on_a_terminal(row, cwd, *extra: str) -> str:
@@ -68,23 +62,8 @@ def test_no_progress_draws_nothing_on_a_terminal(row, workdir):
     assert run_lines(shown)[-1].startswith(f"done: {row.loss_steps[-1]} steps in ")
 
 
-@pytest.mark.parametrize("row", script_params())
-def test_into_a_file_plain_progress_lines_then_a_summary(row, workdir):
-    # stdout and stderr both go to one file, as with `python cleanrl/X.py > log 2>&1` (nohup, a batch job's log)
-    log = workdir / "log"
-    cmd = list(row.launcher or [sys.executable]) + [str(ROOT / "cleanrl" / row.name), *row.args,
-                                                     "--progress-interval", "0.001"]
-    with open(log, "w") as f:
-        assert subprocess.run(cmd, cwd=workdir, env=script_env(), stdout=f, stderr=subprocess.STDOUT,
-                              timeout=600).returncode == 0
-    lines = run_lines(log.read_text())
-    assert "\r" not in log.read_text()
-    assert lines[0] == f"run directory: runs/{single_run_dir(workdir).name}"
-    progress = [ln for ln in lines if ln.startswith("progress: ")]
-    assert progress, lines
-    for ln in progress:
-        assert re.fullmatch(r"progress: step \d+/\d+ \(\d+%\), \d+ SPS, mean return of the last 20 episodes \S+", ln), ln
-    assert lines[-1].startswith(f"done: {row.loss_steps[-1]} steps in ") and "logs in runs/" in lines[-1]
+# Into a log file (not a terminal): tests/test_run.py checks the plain progress lines and the summary of every
+# script, on the same run that checks its updates.
 
 
 def test_the_plain_lines_come_at_the_interval(workdir):
