@@ -291,8 +291,8 @@ def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -
     return returns[: args.eval_episodes]
 
 
-# TODO(runtime): runtime.eval_only hands the model only checkpoint[model_key]; this policy also needs the
-# observation statistics, which the checkpoint and the .cleanrl_model hold under their own key (obs_rms).
+# Not runtime.eval_only: this policy is its weights plus the frozen observation statistics (obs_rms), which the
+# checkpoint and the .cleanrl_model hold beside the agent, and evaluate() reads both from the file.
 def evaluate_saved(args: Args) -> list[float]:
     """--eval-only: evaluate a saved model without creating a run directory.
 
