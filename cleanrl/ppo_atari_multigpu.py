@@ -27,6 +27,7 @@ from typing import Literal, Optional
 
 import numpy as np
 import torch
+import torch._dynamo  # noqa: F401  before the process group forms: see destroy_process_group below
 import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
@@ -339,7 +340,11 @@ if __name__ == "__main__":
         store = dist.PrefixStore(f"restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
         dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size,
                                 device_id=device if device.type == "cuda" else None)
-        # at any exit, also on an error, this rank leaves the group cleanly; torchrun then stops the other ranks
+        # At any exit, also on an error, this rank leaves the group cleanly; torchrun then stops the other ranks.
+        # Leaving joins the group's worker threads while the interpreter is still alive. (torch._dynamo, which
+        # building Adam imports, is imported at the top: imported after this point it keeps the group alive past
+        # destroy_process_group, and a gloo thread releasing the last collective's tensors during interpreter
+        # shutdown then aborts the rank: "terminate called without an active exception", seen on torch 2.13.)
         atexit.register(dist.destroy_process_group)
     # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs * args.num_steps, rank, local_rank)
