@@ -80,16 +80,12 @@ def check_off_policy_args(args: Args) -> None:
     """The step counts of an off-policy run, checked before the run directory exists.
 
     Steps are counted over all environments; one loop iteration takes num_envs steps, so the periodic
-    events (gradient step, target update) must fall on iteration boundaries to happen when the flags say.
+    events (gradient step, target update) must fall on iteration boundaries to happen when the flags say. Each
+    flag's own range is in runtime.FLAG_RANGES.
     """
-    for name in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency",
-                 "target_network_frequency"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if not 0 <= args.learning_starts < args.total_timesteps:
-        fail(f"--learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps})")
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
+    if args.learning_starts >= args.total_timesteps:
+        runtime.warn(f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: "
+                     "no gradient step will happen (a smoke run of the loop)")
     for name in ("train_frequency", "target_network_frequency"):
         if getattr(args, name) % args.num_envs != 0:
             fail(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of --num-envs {args.num_envs}")
@@ -98,9 +94,7 @@ def check_off_policy_args(args: Args) -> None:
 
 
 def check_atari_args(args: Args) -> None:
-    """The evaluation's frame limit, the env id and the backend (training and --eval-only)."""
-    if args.eval_max_frames is not None and args.eval_max_frames < 1:
-        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    """The env id and the backend (training and --eval-only)."""
     runtime.atari_emulator_settings(args.env_id)
     if args.env_backend not in runtime.ATARI_BACKENDS:
         fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(runtime.ATARI_BACKENDS)}")
@@ -224,14 +218,13 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         runtime.eval_only(args, "q_network", lambda saved: make_q_network(args, saved["q_network"]["atoms"]), evaluate)
     check_off_policy_args(args)
-    if args.n_atoms < 2 or not args.v_min < args.v_max:
-        fail(f"the support needs --n-atoms >= 2 and --v-min < --v-max, got {args.n_atoms}, {args.v_min}, {args.v_max}")
+    if not args.v_min < args.v_max:
+        fail(f"the support needs --v-min below --v-max, got {args.v_min} and {args.v_max}")
     if args.save_buffer and not args.save_model:
         fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
-    if args.eval_episodes < 1:
-        fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
     check_atari_args(args)
-    num_iterations = args.total_timesteps // args.num_envs
+    runtime.FrameReplayBuffer.check_fits(args.buffer_size, args.num_envs)
+    num_iterations = runtime.whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer
 

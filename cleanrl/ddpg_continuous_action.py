@@ -55,27 +55,14 @@ class Args(RunArgs):
 
 
 def check_args(args: Args) -> int:
-    """Check the algorithm's flags; returns the number of iterations (vector steps)."""
-    for name in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "policy_frequency"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.learning_starts < 0:
-        fail(f"--learning-starts must be at least 0, got {args.learning_starts}")
+    """Check how the flags combine (each flag's own range is in runtime.FLAG_RANGES); returns the number of
+    iterations (vector steps)."""
     if args.learning_starts >= args.total_timesteps:
-        fail(
-            f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: "
-            "no update would ever happen"
-        )
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
-    if not 0.0 <= args.gamma <= 1.0:
-        fail(f"--gamma must be in [0, 1], got {args.gamma}")
+        runtime.warn(f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: "
+                     "no update will happen (a smoke run of the loop)")
     if args.buffer_size < args.num_envs:
         fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
-    num_iterations = args.total_timesteps // args.num_envs
-    if num_iterations < 1:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one vector step ({args.num_envs} envs)")
-    return num_iterations
+    return runtime.whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
 
 
 class QNetwork(nn.Module):
@@ -176,7 +163,11 @@ if __name__ == "__main__":
     num_iterations = check_args(args)
     if args.save_buffer and not args.save_model:
         fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
-    runtime.probe_env(args.env_id, gym.spaces.Box, "ddpg_continuous_action.py", finite_actions=True).close()
+    env = runtime.probe_env(args.env_id, gym.spaces.Box, "ddpg_continuous_action.py", finite_actions=True)
+    # the memory stores float32 observations, the networks' dtype (MuJoCo envs emit float64)
+    obs_space_f32 = gym.spaces.Box(-np.inf, np.inf, env.observation_space.shape, np.float32)
+    runtime.ReplayBuffer.check_fits(args.buffer_size, obs_space_f32, env.action_space)
+    env.close()
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer
 
@@ -196,8 +187,6 @@ if __name__ == "__main__":
     q_optimizer = optim.Adam(qf1.parameters(), lr=args.q_lr, capturable=args.cudagraphs)
     actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs)
 
-    # the memory stores float32 observations, the networks' dtype (MuJoCo envs emit float64)
-    obs_space_f32 = gym.spaces.Box(-np.inf, np.inf, envs.single_observation_space.shape, np.float32)
     rb = runtime.ReplayBuffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
 
     # A fresh run resets the envs; a resumed one loads what its checkpoint holds. Checkpoints are taken between loop

@@ -61,16 +61,12 @@ def check_off_policy_args(args) -> None:
     """The step counts of an off-policy run, checked before the run directory exists.
 
     Steps are counted over all environments; one loop iteration takes num_envs steps, so the periodic
-    events (gradient step, target update) must fall on iteration boundaries to happen when the flags say.
+    events (gradient step, target update) must fall on iteration boundaries to happen when the flags say. Each
+    flag's own range is in runtime.FLAG_RANGES.
     """
-    for name in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency",
-                 "target_network_frequency"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if not 0 <= args.learning_starts < args.total_timesteps:
-        fail(f"--learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps})")
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
+    if args.learning_starts >= args.total_timesteps:
+        runtime.warn(f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: "
+                     "no gradient step will happen (a smoke run of the loop)")
     for name in ("train_frequency", "target_network_frequency"):
         if getattr(args, name) % args.num_envs != 0:
             fail(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of --num-envs {args.num_envs}")
@@ -158,9 +154,11 @@ if __name__ == "__main__":
     check_off_policy_args(args)
     if args.save_buffer and not args.save_model:
         fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
-    runtime.probe_env(args.env_id, gym.spaces.Discrete, "dqn.py").close()
+    env = runtime.probe_env(args.env_id, gym.spaces.Discrete, "dqn.py")
+    ReplayBuffer.check_fits(args.buffer_size, env.observation_space, env.action_space)
+    env.close()
     # one loop iteration is one step of every env, and its learning
-    num_iterations = args.total_timesteps // args.num_envs
+    num_iterations = runtime.whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer
 

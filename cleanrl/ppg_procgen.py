@@ -97,30 +97,23 @@ class Args(RunArgs):
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int, int]:
-    """Batch sizes and phase count follow from the flags; they are checked here, never set by hand.
-    Returns (batch_size, minibatch_size, num_phases, aux_minibatches_per_epoch)."""
-    for name in (
-        "num_envs", "num_steps", "num_minibatches", "total_timesteps", "n_iteration", "e_policy", "v_value",
-        "e_auxiliary", "num_aux_rollouts", "n_aux_grad_accum", "eval_episodes",
-    ):  # fmt: skip
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    """Batch sizes and phase count follow from the flags; they are checked here, never set by hand (each flag's own
+    range is in runtime.FLAG_RANGES). Returns (batch_size, minibatch_size, num_phases, aux_minibatches_per_epoch)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
              f"does not divide into --num-minibatches {args.num_minibatches}")
     aux_rollouts = args.n_iteration * args.num_envs
     if aux_rollouts % args.num_aux_rollouts != 0:
-        fail(f"the auxiliary buffer's {aux_rollouts} rollouts (--n-iteration {args.n_iteration} x --num-envs "
-             f"{args.num_envs}) do not divide into minibatches of --num-aux-rollouts {args.num_aux_rollouts}")
+        runtime.warn(f"the auxiliary buffer's {aux_rollouts} rollouts (--n-iteration {args.n_iteration} x --num-envs "
+                     f"{args.num_envs}) are no multiple of --num-aux-rollouts {args.num_aux_rollouts}: the last "
+                     f"auxiliary minibatch of each epoch holds {aux_rollouts % args.num_aux_rollouts}")
     if args.num_aux_rollouts % args.n_aux_grad_accum != 0:
         fail(f"--num-aux-rollouts {args.num_aux_rollouts} does not divide into "
              f"--n-aux-grad-accum {args.n_aux_grad_accum}")
-    num_phases = args.total_timesteps // (batch_size * args.n_iteration)
-    if num_phases < 1:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one phase "
-             f"(--n-iteration {args.n_iteration} x {batch_size} steps = {args.n_iteration * batch_size})")
-    return batch_size, batch_size // args.num_minibatches, num_phases, aux_rollouts // args.num_aux_rollouts
+    num_phases = runtime.whole_iterations(args.total_timesteps, batch_size * args.n_iteration,
+                                          f"one phase (--n-iteration {args.n_iteration} batches)")
+    return batch_size, batch_size // args.num_minibatches, num_phases, -(-aux_rollouts // args.num_aux_rollouts)
 
 
 def aux_buffer_bytes(n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int) -> int:
@@ -679,10 +672,11 @@ if __name__ == "__main__":
                     mb_rollouts = aux_inds[start : start + args.num_aux_rollouts]
                     mb_count = aux.valid[mb_rollouts].sum().to(device)
                     optimizer.zero_grad()
-                    for c in range(0, args.num_aux_rollouts, chunk):
+                    # (the last minibatch is smaller when the rollouts are no multiple of --num-aux-rollouts)
+                    for c in range(0, len(mb_rollouts), chunk):
                         m_obs, m_returns, m_old_logits, m_valid = aux.batch(mb_rollouts[c : c + chunk], device)
                         chunk_losses = aux_update(
-                            m_obs, m_returns, m_old_logits, m_valid, mb_count, c + chunk == args.num_aux_rollouts
+                            m_obs, m_returns, m_old_logits, m_valid, mb_count, c + chunk >= len(mb_rollouts)
                         )
                         if aux_epoch == args.e_auxiliary - 1:
                             last_epoch_losses.append(torch.stack(chunk_losses))

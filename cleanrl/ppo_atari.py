@@ -77,19 +77,13 @@ class Args(RunArgs):
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int]:
-    """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.eval_max_frames is not None and args.eval_max_frames < 1:
-        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand (each flag's
+    own range is in runtime.FLAG_RANGES)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
              f"does not divide into --num-minibatches {args.num_minibatches}")
-    num_iterations = args.total_timesteps // batch_size
-    if num_iterations < 1:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)")
+    num_iterations = runtime.whole_iterations(args.total_timesteps, batch_size, "one batch")
     return batch_size, batch_size // args.num_minibatches, num_iterations
 
 
@@ -195,8 +189,6 @@ def make_agent(args: Args) -> Agent:
     """An untrained agent for args.env_id (--eval-only loads the saved weights into it). A checkpoint brings its
     own env id, a bare .cleanrl_model is evaluated on --env-id; --env-backend, --eval-max-frames, --seed and
     --capture-video come from the command line."""
-    if args.eval_max_frames is not None and args.eval_max_frames < 1:
-        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
     check_env(args)
     probe = runtime.make_atari_envs(args.env_id, 1, args.env_backend)
     agent = Agent(int(probe.single_action_space.n))

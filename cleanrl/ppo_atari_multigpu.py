@@ -86,10 +86,8 @@ class Args(RunArgs):
 def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
     """Per-rank sizes follow from the global flags; they are checked here, never set by hand. Returns
     (envs_per_rank, local_batch_size, local_minibatch_size, num_iterations). The global batch is num_envs * num_steps;
-    each rank holds envs_per_rank * num_steps of it, and each global minibatch is one local minibatch of every rank."""
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    each rank holds envs_per_rank * num_steps of it, and each global minibatch is one local minibatch of every rank.
+    Each flag's own range is in runtime.FLAG_RANGES."""
     if args.num_envs % world_size != 0:
         fail(f"--num-envs {args.num_envs} (all ranks together) does not divide evenly over {world_size} ranks")
     envs_per_rank = args.num_envs // world_size
@@ -98,16 +96,12 @@ def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
         fail(f"the batch of one rank (--num-envs {args.num_envs} / {world_size} ranks x --num-steps {args.num_steps}"
              f" = {local_batch_size}) does not divide into --num-minibatches {args.num_minibatches}")
     global_batch_size = args.num_envs * args.num_steps
-    num_iterations = args.total_timesteps // global_batch_size
-    if num_iterations < 1:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({global_batch_size} steps)")
+    num_iterations = runtime.whole_iterations(args.total_timesteps, global_batch_size, "one batch")
     return envs_per_rank, local_batch_size, local_batch_size // args.num_minibatches, num_iterations
 
 
 def check_atari_args(args: Args) -> None:
-    """The evaluation's frame limit, the env id and the backend (training and --eval-only)."""
-    if args.eval_max_frames is not None and args.eval_max_frames < 1:
-        fail(f"--eval-max-frames must be at least 1, got {args.eval_max_frames}")
+    """The env id and the backend (training and --eval-only)."""
     runtime.atari_emulator_settings(args.env_id)
     if args.env_backend not in runtime.ATARI_BACKENDS:
         fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(runtime.ATARI_BACKENDS)}")

@@ -73,17 +73,13 @@ class Args(RunArgs):
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int]:
-    """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand."""
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand (each flag's
+    own range is in runtime.FLAG_RANGES)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
              f"does not divide into --num-minibatches {args.num_minibatches}")
-    num_iterations = args.total_timesteps // batch_size
-    if num_iterations < 1:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)")
+    num_iterations = runtime.whole_iterations(args.total_timesteps, batch_size, "one batch")
     return batch_size, batch_size // args.num_minibatches, num_iterations
 
 
@@ -270,7 +266,7 @@ def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -
     Everything comes from the checkpoint: the weights and the observation statistics, which stay frozen.
     The returns are the environment's own rewards (no reward scaling here).
     """
-    checkpoint = torch.load(model_path, map_location="cpu", weights_only=True)  # statistics are used as numpy
+    checkpoint = runtime.read_torch_file(model_path, "model")  # statistics are used as numpy
     envs = runtime.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
     envs = gym.wrappers.vector.ClipAction(envs)
     envs = NormalizeObservation(envs, clip=10.0)

@@ -6,6 +6,7 @@ flags, 2. start-up, 3. checkpoints (docs/saving-resuming.md), 4. `Run`, the hand
 import contextlib
 import glob
 import io
+import itertools
 import json
 import math
 import os
@@ -78,9 +79,34 @@ ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "progress_int
                      "track", "wandb_project_name", "wandb_entity", "compile", "amp")
 
 
+# The ranges of the flags the scripts share by name, checked for every script before anything is written: "[" and
+# "]" include an end, "(" and ")" exclude it. Every float flag must also be finite (tyro reads "nan" and "inf").
+FLAG_RANGES = {
+    **dict.fromkeys(("learning_rate", "q_lr", "policy_lr", "clip_coef", "max_grad_norm", "progress_interval"),
+                    "(0, inf)"),
+    "target_kl": "[0, inf)",  # 0: stop an update's epochs at the first minibatch whose KL is above 0
+    **dict.fromkeys(("gamma", "gae_lambda", "start_e", "end_e", "exploration_fraction"), "[0, 1]"),
+    "tau": "(0, 1]",
+    **dict.fromkeys(("ent_coef", "vf_coef", "alpha", "exploration_noise", "policy_noise", "noise_clip", "beta_clone",
+                     "v_value", "learning_starts", "checkpoint_frequency", "eval_episodes"), "[0, inf)"),
+    **dict.fromkeys(("num_envs", "num_steps", "num_minibatches", "update_epochs", "batch_size", "buffer_size",
+                     "total_timesteps", "train_frequency", "target_network_frequency", "policy_frequency",
+                     "n_iteration", "e_policy", "e_auxiliary", "num_aux_rollouts", "n_aux_grad_accum",
+                     "eval_max_frames"), "[1, inf)"),
+    "n_atoms": "[2, inf)",
+    "seed": "[0, 2147483647]",  # numpy's global seed must be below 2**32; env seeds count up from it
+}
+
+
 # 2. Start-up. Everything that can be wrong with the input is checked before the run directory exists.
 def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
+
+def warn(message: str) -> None:
+    """One line for what is legal but unusual and runs anyway (say what will happen); of torchrun's ranks, rank 0's."""
+    if os.environ.get("RANK", "0") == "0":
+        sys.stderr.write(f"warning: {message}\n")
+        sys.stderr.flush()
 
 def say(message: str) -> None:
     """Print one line in one write, flushed, so the lines of torchrun ranks sharing a log never interleave."""
@@ -101,19 +127,46 @@ def parse_args(args_cls, rank: int = 0) -> tuple:
         except SystemExit as e:
             raise SystemExit(0 if e.code in (0, None) else 1) from None
     args = tyro.cli(args_cls)
+    check_flag_ranges(args)
     if args.eval_only is not None:
         return args, None
     checkpoint = find_resume_checkpoint(args, script_name(args_cls))
     if checkpoint is not None:
         args = resumed_args(args_cls, checkpoint)
-    if args.checkpoint_frequency < 0:
-        fail(f"--checkpoint-frequency must be at least 0, got {args.checkpoint_frequency}")
+        check_flag_ranges(args)
     if args.checkpoint_frequency > 0 and not args.save_model:
         fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
-    if not args.progress_interval > 0:
-        fail(f"--progress-interval must be above 0, got {args.progress_interval}")
     check_speed_args(args)
     return args, checkpoint
+
+def check_flag_ranges(args) -> None:
+    """Every flag named in FLAG_RANGES within its range, every float flag finite; else fail naming the flag."""
+    for name, value in asdict(args).items():
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"{flag} must be a finite number, got {value}")
+        if name in FLAG_RANGES:
+            interval = FLAG_RANGES[name]
+            low, high = (float(end) for end in interval[1:-1].split(","))
+            if not ((low <= value if interval[0] == "[" else low < value)
+                    and (value <= high if interval[-1] == "]" else value < high)):
+                if high < math.inf:
+                    fail(f"{flag} must be in {interval}, got {value}")
+                fail(f"{flag} must be {'at least' if interval[0] == '[' else 'above'} {low:g}, got {value}")
+
+def whole_iterations(total_timesteps: int, steps_per_iteration: int, unit: str) -> int:
+    """--total-timesteps in whole iterations of `steps_per_iteration` steps (`unit` names them: "one batch"). The
+    remainder is dropped, with a warning line when that leaves less than 99% of the budget (the defaults drop a
+    few hundred steps of millions); a budget below one iteration fails."""
+    iterations = total_timesteps // steps_per_iteration
+    if iterations == 0:
+        fail(f"--total-timesteps {total_timesteps} is less than {unit} ({steps_per_iteration} steps)")
+    if iterations * steps_per_iteration < 0.99 * total_timesteps:
+        warn(f"--total-timesteps {total_timesteps} is not a multiple of {unit} ({steps_per_iteration} steps): the "
+             f"run takes {iterations * steps_per_iteration} steps")
+    return iterations
 
 def run_prefix(args) -> str:
     """Runs are named {env_id}__{exp_name}__{seed}__{unix time}, "/" and ":" made "-": one directory under runs/."""
@@ -164,26 +217,49 @@ def probe_env(env_id: str, action_space: type, script: str, finite_actions: bool
             fail(f"{env_id} has observation space {obs_space}; {script} supports flat Box observations only")
     return env
 
+def claim_run_directory(prefix: str) -> tuple[str, str]:
+    """(name, note): runs/{prefix}{unix time}, created exclusively, so two runs never share one; a run that would get
+    the name of one started in the same second gets -2, -3, ... appended, and the note says so."""
+    stamp = str(int(time.time()))
+    for n in itertools.count(1):
+        name = prefix + stamp + ("" if n == 1 else f"-{n}")
+        try:
+            if not os.path.isdir("runs"):
+                os.makedirs("runs", exist_ok=True)
+            os.mkdir(os.path.join("runs", name))
+            return name, "" if n == 1 else f" (runs/{prefix}{stamp} is another run started in the same second)"
+        except FileExistsError:
+            if os.path.isdir(os.path.join("runs", name)):
+                continue
+            fail(f"cannot create the run directory runs/{name}: runs is not a directory")
+        except OSError as e:
+            fail(f"cannot create the run directory runs/{name}: {e.strerror or e}")
+
 def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_iteration: int, rank: int = 0,
           local_rank: int = 0) -> "Run":
-    """Open the run: directory and TensorBoard log (a resumed run continues its own), W&B, seeds, device."""
-    name = run_prefix(args) + str(int(time.time())) if checkpoint is None else checkpoint["run_name"]
+    """Open the run: directory and TensorBoard log (a resumed run continues its own, where its checkpoint is), W&B,
+    seeds, device. Only rank 0 creates a directory (the name of another torchrun rank's run is never written)."""
     writer = None
+    if checkpoint is not None:
+        name, run_dir = checkpoint["run_name"], os.path.dirname(checkpoint["loaded_from"]) or "."
+        note = f"; resuming {name} after iteration {checkpoint['iteration']} (global step {checkpoint['global_step']})"
+    else:
+        name, note = claim_run_directory(run_prefix(args)) if rank == 0 else (run_prefix(args) + str(int(time.time())), "")
+        run_dir = os.path.join("runs", name)
     if rank == 0:
-        say(f"run directory: runs/{name}" + ("" if checkpoint is None else f"; resuming {name} after iteration "
-                                              f"{checkpoint['iteration']} (global step {checkpoint['global_step']})"))
+        say(f"run directory: {run_dir}{note}")
         if args.track:
             import wandb
             wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                        config=vars(args), name=name, save_code=True)
         # resumed: purge_step drops what was logged after the last checkpoint; with --track, a new W&B run (same name)
-        writer = SummaryWriter(f"runs/{name}", purge_step=None if checkpoint is None else checkpoint["global_step"] + 1)
+        writer = SummaryWriter(run_dir, purge_step=None if checkpoint is None else checkpoint["global_step"] + 1)
         if checkpoint is None:
             writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
                 f"|{key}|{value}|" for key, value in vars(args).items()))
     seed_everything(args.seed, args.torch_deterministic)
-    return Run(args, script_name(type(args)), name, writer, pick_device(args, local_rank), checkpoint, num_iterations,
-               steps_per_iteration, rank)
+    return Run(args, script_name(type(args)), name, run_dir, writer, pick_device(args, local_rank), checkpoint,
+               num_iterations, steps_per_iteration, rank)
 
 
 # 3. Checkpoints. One dict written by torch.save that loads with torch.load(weights_only=True): the run's entries
@@ -198,16 +274,28 @@ def checkpoint_path_of(path: str) -> str:
 def first_line(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
-def load_checkpoint(path: str, script: str) -> dict:
-    """Read a checkpoint on the CPU and check that this script wrote it."""
+# the entries every checkpoint holds, besides the script's own
+RUN_ENTRIES = ("script", "args", "run_name", "iteration", "global_step", "finished", "rng", "envs", "next_obs")
+
+def read_torch_file(path: str, what: str):
+    """torch.load(path) on the CPU, weights only; any failure to read (not a torch file, torn, unreadable) fails in
+    one line: the weights-only unpickler raises many exception types on foreign bytes (KeyError on a text file)."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        fail(f"cannot read checkpoint {path}: {first_line(e)}")
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever the bytes were, they are not a readable torch file
+        fail(f"cannot read {what} {path}: {type(e).__name__}" + (f": {first_line(e)}" if str(e) else ""))
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """Read a checkpoint on the CPU and check that this script wrote it, whole. `loaded_from` (not saved) is its
+    path: a resumed run goes on writing in the checkpoint's directory, wherever it is started."""
+    checkpoint = read_torch_file(path, "checkpoint")
     found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
     if found != script:
         fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
-    return checkpoint
+    missing = [key for key in RUN_ENTRIES if key not in checkpoint]
+    if missing or not isinstance(checkpoint["args"], dict):
+        fail(f"{path} is not a whole checkpoint of {script}: it lacks {', '.join(missing or ['args'])}")
+    return checkpoint | {"loaded_from": path}
 
 def find_resume_checkpoint(args, script: str) -> Optional[dict]:
     """The checkpoint --resume names, or None for a fresh run. `auto` (for automatic restarts of the same command)
@@ -220,9 +308,12 @@ def find_resume_checkpoint(args, script: str) -> Optional[dict]:
         if checkpoint["finished"]:
             fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
         return checkpoint
-    found = glob.glob(os.path.join("runs", glob.escape(run_prefix(args)) + "*", "checkpoint.pt"))
-    started = {p: os.path.basename(os.path.dirname(p)).rsplit("__", 1)[1] for p in found}
-    started = {p: int(t) for p, t in started.items() if t.isdigit()}
+    # only the names start() gives: {prefix}{unix time}, or {prefix}{unix time}-{n} after a clash in one second
+    started = {}
+    for path in glob.glob(os.path.join("runs", glob.escape(run_prefix(args)) + "*", "checkpoint.pt")):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", os.path.basename(os.path.dirname(path))[len(run_prefix(args)):])
+        if match:
+            started[path] = (int(match[1]), int(match[2] or 1))
     if not started:
         return None
     newest = max(started, key=started.get)
@@ -310,13 +401,24 @@ def load_state_of(obj, state) -> None:
     else:
         obj.load_state_dict(state)
 
-def save_checkpoint(checkpoint: dict, path: str) -> None:
-    """Atomic: write path.tmp, fsync, os.replace over path; a kill leaves the old or the new file, never a torn one."""
-    with open(f"{path}.tmp", "wb") as f:
-        torch.save(checkpoint, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f"{path}.tmp", path)
+def save_checkpoint(checkpoint, path: str) -> None:
+    """Atomic: write path.tmp.{pid} (no two processes share one), fsync, os.replace over path; a kill leaves the old
+    or the new file, never a torn one. A full disk or an I/O error fails in one line, the old file intact and no
+    .tmp left behind."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:  # also a kill signal's exception or a bug: never leave the .tmp behind
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if not isinstance(e, (OSError, RuntimeError)):  # torch.save reports a failed write as a RuntimeError
+            raise
+        kept = "the previous one is intact" if os.path.exists(path) else "nothing was written"
+        fail(f"cannot save {path}: {first_line(e)}; {kept}")
 
 def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
     """The first non-finite loss (a host float), parameter of an nn.Module or learned tensor in `modules`, or None.
@@ -389,10 +491,10 @@ class Run:
     """One training run and the calls its loop makes. `state` maps checkpoint keys to the script's stateful objects;
     an entry may be None (saved as None, left as built on resume), e.g. a replay memory only --save-buffer keeps."""
 
-    def __init__(self, args, script, name, writer, device, checkpoint, num_iterations, steps_per_iteration, rank):
-        self.args, self.script, self.name, self.writer, self.device = args, script, name, writer, device
-        self.checkpoint, self.num_iterations, self.rank = checkpoint, num_iterations, rank
-        self.dir = f"runs/{name}"
+    def __init__(self, args, script, name, run_dir, writer, device, checkpoint, num_iterations, steps_per_iteration,
+                 rank):
+        self.args, self.script, self.name, self.dir, self.writer = args, script, name, run_dir, writer
+        self.device, self.checkpoint, self.num_iterations, self.rank = device, checkpoint, num_iterations, rank
         self.checkpoint_path, self.model_path = f"{self.dir}/checkpoint.pt", f"{self.dir}/{args.exp_name}.cleanrl_model"
         self.state, self.envs, self.stop = {}, None, StopSignal()
         self.progress = Progress(num_iterations * steps_per_iteration, args.progress and rank == 0,
@@ -419,8 +521,14 @@ class Run:
                 "a resumed run restarts its episodes")
         checkpoint, step = self.checkpoint, self.global_step
         for key, obj in state.items():
+            if checkpoint is not None and key not in checkpoint:
+                fail(f"{checkpoint['loaded_from']} has no {key!r} entry; it was not written by this version of "
+                     f"{self.script}")
             if checkpoint is not None and obj is not None and checkpoint[key] is not None:
-                load_state_of(obj, checkpoint[key])
+                try:
+                    load_state_of(obj, checkpoint[key])
+                except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                    fail(f"cannot restore {key!r} from {checkpoint['loaded_from']}: {first_line(e)}")
         if checkpoint is not None and checkpoint["envs"] is not None:
             load_env_state(envs, checkpoint["envs"])
             obs = checkpoint["next_obs"].numpy()
@@ -513,13 +621,16 @@ class Run:
         self.envs.close()
         if self.args.save_model and self.rank == 0:
             self.save(self.num_iterations, global_step, next_obs, finished=True, **extra)
-            torch.save(model.state_dict() if isinstance(model, nn.Module) else
-                       {k: m.state_dict() for k, m in model.items()}, self.model_path)
+            save_checkpoint(model.state_dict() if isinstance(model, nn.Module) else
+                            {k: m.state_dict() for k, m in model.items()}, self.model_path)
             say(f"model saved to {self.model_path}")
-            returns = evaluate()
-            for idx, episodic_return in enumerate(returns):
-                self.writer.add_scalar("eval/episodic_return", episodic_return, idx)
-            say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
+            if self.args.eval_episodes == 0:
+                say("eval: skipped (--eval-episodes 0)")
+            else:
+                returns = evaluate()
+                for idx, episodic_return in enumerate(returns):
+                    self.writer.add_scalar("eval/episodic_return", episodic_return, idx)
+                say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         if self.rank == 0:
             saved = f"; model {self.model_path}, checkpoint {self.checkpoint_path}" if self.args.save_model else ""
             say(f"done: {global_step} steps in {time.time() - self.wall_start:.0f} s, mean return of the last "
@@ -547,10 +658,7 @@ def eval_only(args, model_key: str, make_model: Callable[[dict], nn.Module], eva
     of them, `model_key` among them) runs on --env-id. make_model(saved) builds the network for args.env_id."""
     script, path = script_name(type(args)), saved_model_path(args.eval_only)
     if path.endswith(".cleanrl_model"):
-        try:
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-            fail(f"cannot read model {path}: {first_line(e)}")
+        saved = read_torch_file(path, "model")
         if not (isinstance(saved, dict) and isinstance(saved.get(model_key), dict)):
             saved = {model_key: saved}
         name = os.path.basename(os.path.dirname(os.path.abspath(path)))
@@ -602,6 +710,13 @@ def speed_up(fn: Callable, args) -> Callable:
 
 
 # 7. Storage: replay memories
+def check_memory(flag: str, nbytes: int) -> None:
+    """Fail in one line, before any work starts, when a memory the flags ask for exceeds this machine's RAM."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if nbytes > total:
+        fail(f"{flag} asks for a replay memory of {nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB); this machine has "
+             f"{total:,} bytes ({total / 2**30:,.1f} GiB)")
+
 class ReplayBufferSamples(NamedTuple):
     observations: torch.Tensor  # (batch, *obs_shape)
     actions: torch.Tensor  # (batch, *action_shape), the action space's dtype (int64 for Discrete)
@@ -637,6 +752,7 @@ class ReplayBuffer(MemoryState):
 
     def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
                  seed: int):
+        self.check_fits(buffer_size, observation_space, action_space)
         self.buffer_size, self.device, self.rng = buffer_size, device, np.random.default_rng(seed)
         self.observations = np.zeros((buffer_size, *observation_space.shape), dtype=observation_space.dtype)
         self.next_observations = np.zeros((buffer_size, *observation_space.shape), dtype=observation_space.dtype)
@@ -644,6 +760,13 @@ class ReplayBuffer(MemoryState):
         self.rewards = np.zeros(buffer_size, dtype=np.float32)
         self.terminations = np.zeros(buffer_size, dtype=np.float32)
         self.pos, self.full = 0, False  # the next slot to write; whether the ring has wrapped (every slot holds one)
+
+    @staticmethod
+    def check_fits(buffer_size: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+        def size(space):
+            return int(np.prod(space.shape)) * np.dtype(space.dtype).itemsize
+        check_memory(f"--buffer-size {buffer_size}",
+                     buffer_size * (2 * size(observation_space) + size(action_space) + 8))
 
     def __len__(self) -> int:
         return self.buffer_size if self.full else self.pos
@@ -692,8 +815,9 @@ class FrameReplayBuffer(MemoryState):
 
     def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, num_envs: int,
                  device: torch.device, seed: int, touch: bool = True):
-        self.stack, per_env = observation_space.shape[0], -(-buffer_size // num_envs)
-        self.capacity = per_env + per_env // 64 + self.stack  # frame slots per env
+        self.check_fits(buffer_size, num_envs, observation_space.shape, np.dtype(action_space.dtype).itemsize)
+        self.stack = observation_space.shape[0]
+        self.capacity = self.slots(buffer_size, num_envs, self.stack)
         self.num_envs, self.device, self.rng = num_envs, device, np.random.default_rng(seed)
         self.frames = np.zeros((num_envs, self.capacity, *observation_space.shape[1:]), dtype=observation_space.dtype)
         self.actions = np.zeros((num_envs, self.capacity, *action_space.shape), dtype=action_space.dtype)
@@ -704,6 +828,18 @@ class FrameReplayBuffer(MemoryState):
         if touch:
             for array in (self.frames, self.actions, self.rewards, self.terminations, self.valid):
                 array.fill(0)
+
+    @staticmethod
+    def slots(buffer_size: int, num_envs: int, stack: int) -> int:
+        """Frame slots per env: buffer_size / num_envs transitions, 1/64 spare, and one stack."""
+        per_env = -(-buffer_size // num_envs)
+        return per_env + per_env // 64 + stack
+
+    @classmethod
+    def check_fits(cls, buffer_size: int, num_envs: int, obs_shape: tuple = (4, 84, 84), action_bytes: int = 8) -> None:
+        frame = int(np.prod(obs_shape[1:]))  # uint8 frames
+        check_memory(f"--buffer-size {buffer_size}",
+                     num_envs * cls.slots(buffer_size, num_envs, obs_shape[0]) * (frame + action_bytes + 9))
 
     @property
     def nbytes(self) -> int:

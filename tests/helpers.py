@@ -39,7 +39,7 @@ def run_script(script: str, *args: str, cwd: Path, timeout: float = 600, check: 
 
 def run_dirs(cwd: Path) -> list[Path]:
     runs = Path(cwd) / "runs"
-    return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
+    return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
 
 
 def single_run_dir(cwd: Path) -> Path:

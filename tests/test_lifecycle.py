@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -211,6 +212,35 @@ def stopped(shared):
 def copy_run(run_dir: Path, cwd: Path) -> Path:
     """A copy of a run directory under cwd/runs, for a test that changes it."""
     return Path(shutil.copytree(run_dir, cwd / "runs" / Path(run_dir).name))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# where a resumed run writes, and a write that fails
+def test_a_run_resumed_from_another_directory_goes_on_in_its_own(stopped, workdir):
+    run_dir = copy_run(Path(stopped("ppo.py")["run_dir"]), workdir / "home")
+    before = load(run_dir / "checkpoint.pt")["global_step"]
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    proc = start("ppo.py", "--resume", str(run_dir), cwd=elsewhere)
+    wait_until(lambda: load(run_dir / "checkpoint.pt")["global_step"] > before, proc, "a checkpoint after the resume")
+    stdout = stop(proc, signal.SIGTERM)
+    assert stdout.startswith(f"run directory: {run_dir}; resuming {run_dir.name} after iteration ")
+    assert f"checkpoint saved to {run_dir}/checkpoint.pt" in stdout
+    assert not (elsewhere / "runs").exists() and len(list(run_dir.glob("events.out.tfevents.*"))) == 2
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_in_one_line_and_the_last_one_stays(stopped, workdir):
+    # a real failed write: a file-size limit below the checkpoint's size (bash ignores SIGXFSZ, so write() fails with
+    # EFBIG as on a full disk) on the resumed run's first checkpoint
+    run_dir = copy_run(Path(stopped("ppo.py")["run_dir"]), workdir)
+    last = (run_dir / "checkpoint.pt").read_bytes()
+    limit_kib = len(last) // 2048
+    launcher = ["bash", "-c", f'trap "" XFSZ; ulimit -f {limit_kib}; exec "$@"', "bash", sys.executable]
+    proc = run_script("ppo.py", "--resume", f"runs/{run_dir.name}", cwd=workdir, launcher=launcher, check=False)
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1].startswith(
+        f"error: cannot save runs/{run_dir.name}/checkpoint.pt: "), proc.stderr[-2000:]
+    assert proc.stderr.splitlines()[-1].endswith("; the previous one is intact")
+    assert (run_dir / "checkpoint.pt").read_bytes() == last and not list(run_dir.glob("*.tmp*"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -448,7 +478,8 @@ def test_resume_auto_finds_the_run_of_an_ale_id(workdir):
     run_dir.mkdir(parents=True)
     args = {**asdict(PPOAtariArgs()), "env_id": "ALE/Pong-v5"}
     torch.save({"script": "ppo_atari.py", "args": args, "run_name": run_dir.name, "iteration": 3,
-                "global_step": 3072, "finished": True, "envs": None}, run_dir / "checkpoint.pt")
+                "global_step": 3072, "finished": True, "envs": None, "rng": {}, "next_obs": torch.zeros(1)},
+               run_dir / "checkpoint.pt")
     proc = run_script("ppo_atari.py", "--env-id", "ALE/Pong-v5", "--resume", "auto", cwd=workdir, timeout=120)
     assert f"{run_dir.name} has already finished; nothing to resume" in proc.stdout
     assert run_dirs(workdir) == [run_dir]
@@ -482,7 +513,7 @@ def test_sigterm_saves_a_loadable_checkpoint_and_exits_0(row, stopped):
     assert f"SIGTERM: stopped after global step {step}; checkpoint saved to runs/{run_dir.name}/checkpoint.pt" in (
         run["stdout"])
     assert not checkpoint["finished"] and step == case.per_iteration * checkpoint["iteration"] and step > 0
-    assert not list(run_dir.glob("checkpoint.pt.tmp"))
+    assert not list(run_dir.glob("checkpoint.pt.tmp*"))
     assert not list(run_dir.glob("*.cleanrl_model")), "a stopped run is not finished: no final model"
     logged = read_scalars(run_dir).get(row.losses[0], [])
     if case.logs_every_iteration:
@@ -725,6 +756,12 @@ BAD_INPUT = [
     bad("c51_atari.py", ["--resume", "runs/nowhere"], "error: no checkpoint at runs/nowhere", one_line=False),
     bad("ppo.py", ["--resume", "missing.pt"], "error: no checkpoint at missing.pt"),
     bad("ppo.py", ["--resume", "garbage.pt"], "error: cannot read checkpoint garbage.pt"),
+    # the weights-only unpickler meets text with a KeyError; any failure to read is the one line
+    bad("ppo.py", ["--resume", "hello.txt"], "error: cannot read checkpoint hello.txt: KeyError", exact=False),
+    bad("dqn.py", ["--eval-only", "hello.txt"], "error: cannot read checkpoint hello.txt: KeyError"),
+    bad("ppo.py", ["--resume", "partial.pt"],
+        "error: partial.pt is not a whole checkpoint of ppo.py: it lacks run_name, iteration, global_step, finished, "
+        "rng, envs, next_obs", exact=True),
     bad("ppo.py", ["--resume", "finished.pt"], "error: finished.pt is the end of a finished run (global step 1024)"),
     # another script's checkpoint
     bad("ppo.py", ["--resume", "dqn.pt"], "error: dqn.pt is not a checkpoint of ppo.py (it was written by dqn.py)"),
@@ -753,7 +790,8 @@ BAD_INPUT = [
     # checkpoint flags
     bad("ppo.py", ["--checkpoint-frequency", "5"],
         "error: --checkpoint-frequency writes checkpoints, which needs --save-model"),
-    bad("ppo.py", ["--checkpoint-frequency", "-1", "--save-model"], "error: --checkpoint-frequency must be at least 0"),
+    bad("ppo.py", ["--checkpoint-frequency", "-1", "--save-model"],
+        "error: --checkpoint-frequency must be at least 0, got -1", exact=True),
     bad("dqn.py", ["--save-buffer"], SAVE_BUFFER_ERROR, one_line=False),
     bad("dqn_atari.py", ["--save-buffer"], SAVE_BUFFER_ERROR, one_line=False),
     *[bad(s, ["--env-id", "Pendulum-v1", "--save-buffer"], SAVE_BUFFER_ERROR, exact=True)
@@ -767,7 +805,8 @@ BAD_INPUT = [
 @pytest.mark.parametrize("script, args, message, one_line, exact", BAD_INPUT)
 def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir, script, args, message, one_line,
                                                                         exact):
-    common = {"run_name": "x", "iteration": 8, "global_step": 1024, "finished": False, "envs": None}
+    common = {"run_name": "x", "iteration": 8, "global_step": 1024, "finished": False, "envs": None, "rng": {},
+              "next_obs": torch.zeros(1)}
     torch.save({"script": "ppo.py", "args": asdict(PPOArgs()), **common}, workdir / "ppo.pt")
     torch.save({"script": "ppo.py", "args": asdict(PPOArgs()), **common, "finished": True}, workdir / "finished.pt")
     torch.save({"script": "dqn.py", "args": asdict(DQNArgs()), **common}, workdir / "dqn.pt")
@@ -777,6 +816,8 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     torch.save({"script": "ppo_atari_multigpu.py", "args": asdict(MultiGPUArgs()), **common, "envs": [None, None],
                 "rng": [{}, {}]}, workdir / "two_ranks.pt")
     (workdir / "garbage.pt").write_bytes(b"not a checkpoint")
+    (workdir / "hello.txt").write_text("hello world\n")
+    torch.save({"script": "ppo.py", "args": asdict(PPOArgs())}, workdir / "partial.pt")
     proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, timeout=120)
     if exact:
         assert proc.stderr.strip().splitlines()[-1] == message

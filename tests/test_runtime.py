@@ -138,3 +138,206 @@ def test_progress_on_a_terminal_redraws_one_line(capsys, monkeypatch):
     progress.close()
     assert capsys.readouterr().err == ("\r100/200 steps (50%) | 10 SPS | return -  "
                                        "\r200/200 steps (100%) | 12 SPS | return -  \n")
+
+
+# ---- declared flag ranges, budgets, run directories, unreadable checkpoints, failed writes (bad input) ----
+SCRIPT_MODULES = ["ppo", "ppo_continuous_action", "ppo_atari", "ppo_atari_multigpu", "dqn", "c51", "dqn_atari",
+                  "c51_atari", "ddpg_continuous_action", "td3_continuous_action", "sac_continuous_action",
+                  "ppg_procgen"]
+UNBOUNDED = {"v_min", "v_max"}  # any finite number (c51 checks v_min < v_max itself)
+
+
+@pytest.mark.parametrize("module", SCRIPT_MODULES)
+def test_every_numeric_flag_of_every_script_has_a_declared_range(module):
+    import dataclasses
+    import importlib
+    import typing
+
+    args_cls = importlib.import_module(module).Args
+    for field in dataclasses.fields(args_cls):
+        types = {field.type, *typing.get_args(field.type)} - {type(None)}
+        if types & {int, float} and bool not in types:
+            assert field.name in runtime.FLAG_RANGES or field.name in UNBOUNDED, f"{module}: --{field.name}"
+    runtime.check_flag_ranges(args_cls())  # the defaults lie in their ranges
+
+
+def one_flag(name: str, value):
+    from dataclasses import make_dataclass
+
+    return make_dataclass("Args", [(name, type(value), value)])()
+
+
+def flag_types() -> dict:
+    """The type of every flag of every script (int or float; Optional[X] as X)."""
+    import dataclasses
+    import importlib
+    import typing
+
+    types = {}
+    for module in SCRIPT_MODULES:
+        for field in dataclasses.fields(importlib.import_module(module).Args):
+            types[field.name] = next(t for t in (*typing.get_args(field.type), field.type) if t is not type(None))
+    return types
+
+
+def test_flag_ranges_take_their_ends_as_declared_and_refuse_what_lies_outside():
+    types = flag_types()
+    for name, interval in runtime.FLAG_RANGES.items():
+        low, high = (float(end) for end in interval[1:-1].split(","))
+        kind = types[name]
+        inside, outside = [], [kind(low) - 1]
+        (inside if interval[0] == "[" else outside).append(kind(low))
+        if high != math.inf:
+            (inside if interval[-1] == "]" else outside).append(kind(high))
+            outside.append(kind(high) + 1)
+        else:
+            inside.append(kind(low) + 1000)
+        for value in inside:
+            runtime.check_flag_ranges(one_flag(name, value))
+        flag = f"--{name.replace('_', '-')}"
+        for value in outside:
+            with pytest.raises(SystemExit) as e:
+                runtime.check_flag_ranges(one_flag(name, value))
+            assert str(e.value).startswith(f"error: {flag} must be ") and str(e.value).endswith(f"got {value}")
+    for value in (math.nan, math.inf, -math.inf):  # every float flag, ranged or not
+        for name in ("learning_rate", "v_min"):
+            with pytest.raises(SystemExit, match=f"--{name.replace('_', '-')} must be a finite number"):
+                runtime.check_flag_ranges(one_flag(name, value))
+
+
+def test_ranges_read_as_words():
+    for name, value, message in [("learning_rate", -1.0, "--learning-rate must be above 0, got -1.0"),
+                                 ("num_envs", 0, "--num-envs must be at least 1, got 0"),
+                                 ("gamma", 1.5, "--gamma must be in [0, 1], got 1.5"),
+                                 ("tau", 0.0, "--tau must be in (0, 1], got 0.0")]:
+        with pytest.raises(SystemExit) as e:
+            runtime.check_flag_ranges(one_flag(name, value))
+        assert str(e.value) == f"error: {message}"
+
+
+def test_whole_iterations_warns_when_it_drops_more_than_a_percent_and_fails_below_one(capsys):
+    assert runtime.whole_iterations(500_000, 512, "one batch") == 976  # the defaults: 288 steps dropped, silently
+    assert capsys.readouterr().err == ""
+    assert runtime.whole_iterations(1000, 512, "one batch") == 1
+    assert capsys.readouterr().err == ("warning: --total-timesteps 1000 is not a multiple of one batch (512 steps): "
+                                       "the run takes 512 steps\n")
+    with pytest.raises(SystemExit, match="--total-timesteps 100 is less than one batch"):
+        runtime.whole_iterations(100, 512, "one batch")
+
+
+def test_run_directories_are_claimed_exclusively_within_one_second(workdir, monkeypatch):
+    monkeypatch.setattr(runtime.time, "time", lambda: 1700000000.5)
+    names = [runtime.claim_run_directory("Env__x__1__") for _ in range(3)]
+    assert [n for n, _ in names] == ["Env__x__1__1700000000", "Env__x__1__1700000000-2", "Env__x__1__1700000000-3"]
+    assert names[0][1] == "" and "runs/Env__x__1__1700000000 is another run started in the same second" in names[1][1]
+    assert sorted(os.listdir("runs")) == [n for n, _ in names]
+
+
+def test_a_runs_file_in_the_way_fails_in_one_line(workdir):
+    (workdir / "runs").write_text("")
+    with pytest.raises(SystemExit, match="error: cannot create the run directory runs/Env__x__1__.*: runs is not a"):
+        runtime.claim_run_directory("Env__x__1__")
+
+
+def a_checkpoint(script: str = "ppo.py", **entries) -> dict:
+    run = {"script": script, "args": {}, "run_name": "r", "iteration": 1, "global_step": 8, "finished": False,
+           "rng": {}, "envs": None, "next_obs": torch.zeros(1)}
+    return run | entries
+
+
+def test_resume_auto_takes_the_newest_name_it_gave_and_ignores_others(workdir):
+    @dataclass
+    class Args:
+        env_id: str = "CartPole-v1"
+        exp_name: str = "ppo"
+        seed: int = 1
+        resume: str = "auto"
+
+        def run_env_id(self):
+            return self.env_id
+
+    prefix = runtime.run_prefix(Args())
+    for suffix, step in [("100", 1), ("100-2", 2), ("99", 3), ("100__backup", 4), ("300backup", 5), ("300-x", 6)]:
+        os.makedirs(f"runs/{prefix}{suffix}")
+        torch.save(a_checkpoint(global_step=step), f"runs/{prefix}{suffix}/checkpoint.pt")
+    found = runtime.find_resume_checkpoint(Args(), "ppo.py")
+    assert found["global_step"] == 2 and found["loaded_from"] == f"runs/{prefix}100-2/checkpoint.pt"
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"hello world\n", "cannot read checkpoint x: KeyError"),  # the weights-only unpickler on text
+    (b"", "cannot read checkpoint x: EOFError"),
+    (b"PK\x03\x04 torn zip", "cannot read checkpoint x:"),
+    ("list", "x is not a checkpoint of ppo.py"),
+    ("partial", "x is not a whole checkpoint of ppo.py: it lacks run_name, iteration, global_step"),
+    ("dqn", "x is not a checkpoint of ppo.py (it was written by dqn.py)"),
+])
+def test_any_file_that_is_no_checkpoint_of_the_script_fails_in_one_line(workdir, content, message):
+    if content == "list":
+        torch.save([1, 2, 3], "x")
+    elif content == "partial":
+        torch.save({"script": "ppo.py", "args": {}}, "x")
+    elif content == "dqn":
+        torch.save(a_checkpoint("dqn.py"), "x")
+    else:
+        (workdir / "x").write_bytes(content)
+    with pytest.raises(SystemExit) as e:
+        runtime.load_checkpoint("x", "ppo.py")
+    assert str(e.value).startswith(f"error: {message}") and "\n" not in str(e.value)
+    if isinstance(content, bytes):  # --eval-only of a bare model file reads it the same way
+        with pytest.raises(SystemExit) as e:
+            runtime.read_torch_file("x", "model")
+        assert str(e.value).startswith(f"error: {message.replace('checkpoint', 'model')}")
+
+
+def test_a_checkpoint_whose_entries_do_not_fit_fails_in_one_line(workdir):
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    args = type("Args", (), {"save_model": False, "exp_name": "x", "progress": False, "progress_interval": 1.0})()
+
+    def restore(checkpoint):
+        run = runtime.Run(args, "ppo.py", "r", ".", None, torch.device("cpu"), checkpoint | {"loaded_from": "x.pt"},
+                          1, 1, 0)
+        run.restore(envs, {"agent": nn.Linear(2, 2)}, 1)
+
+    with pytest.raises(SystemExit, match=r"^error: x.pt has no 'agent' entry"):
+        restore(a_checkpoint())
+    with pytest.raises(SystemExit, match=r"^error: cannot restore 'agent' from x.pt: Error\(s\) in loading"):
+        restore(a_checkpoint(agent={"weight": torch.zeros(3, 3), "bias": torch.zeros(3)}))
+    envs.close()
+
+
+def test_a_failed_write_fails_in_one_line_keeps_the_old_checkpoint_and_leaves_no_tmp(tmp_path):
+    # a real failed write: the file-size limit makes write() fail with EFBIG partway through the new checkpoint
+    import resource
+    import signal
+
+    path = str(tmp_path / "checkpoint.pt")
+    save_checkpoint({"global_step": 1}, path)
+    old = open(path, "rb").read()
+    limits, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
+    try:
+        with pytest.raises(SystemExit) as e:
+            save_checkpoint({"global_step": 2, "weights": torch.zeros(100_000)}, path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert str(e.value).startswith(f"error: cannot save {path}: ") and str(e.value).endswith("the previous one is intact")
+    assert open(path, "rb").read() == old and os.listdir(tmp_path) == ["checkpoint.pt"]
+    with pytest.raises(SystemExit, match="nothing was written"):
+        save_checkpoint({}, str(tmp_path / "no" / "such" / "dir.pt"))
+
+
+def test_memory_beyond_this_machine_fails_naming_the_flag_and_the_bytes():
+    obs, act = Box(-1, 1, (4,), np.float32), Discrete(2)
+    ReplayBuffer.check_fits(1_000_000, obs, act)
+    with pytest.raises(SystemExit) as e:
+        ReplayBuffer.check_fits(10**11, obs, act)
+    assert str(e.value).startswith("error: --buffer-size 100000000000 asks for a replay memory of "
+                                   "4,800,000,000,000 bytes (4,470.3 GiB); this machine has ")
+    with pytest.raises(SystemExit, match="--buffer-size 100000000000 asks for a replay memory of"):
+        runtime.FrameReplayBuffer.check_fits(10**11, 1)
+    # the estimate is what the memory really allocates
+    frames = runtime.FrameReplayBuffer(1000, Box(0, 255, (4, 84, 84), np.uint8), Discrete(4), 2, torch.device("cpu"), 0)
+    per_slot = frames.nbytes // (2 * frames.capacity)
+    assert per_slot == 84 * 84 + 8 + 9
