@@ -68,6 +68,8 @@ class RunArgs:
     """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
     cudagraphs: bool = False
     """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
+    torch_threads: int = 1
+    """torch threads on the CPU; 0: the cores free at start (faster for wide and CNN networks, other rounding)"""
 
     def run_env_id(self) -> str:
         """The env id a run is filed under (a script whose --env-id is a short name may name the full id)."""
@@ -76,7 +78,7 @@ class RunArgs:
 # Flags that leave a run's course unchanged, so a resumed run may give them anew. --compile and --amp change
 # speed (and float rounding) only; --cudagraphs is not among them: a resumed optimizer keeps its capturable setting.
 ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "progress_interval", "eval_episodes", "cuda",
-                     "track", "wandb_project_name", "wandb_entity", "compile", "amp")
+                     "track", "wandb_project_name", "wandb_entity", "compile", "amp", "torch_threads")
 
 
 # The ranges of the flags the scripts share by name, checked for every script before anything is written: "[" and
@@ -93,6 +95,7 @@ FLAG_RANGES = {
                      "total_timesteps", "train_frequency", "target_network_frequency", "policy_frequency",
                      "n_iteration", "e_policy", "e_auxiliary", "num_aux_rollouts", "n_aux_grad_accum",
                      "eval_max_frames"), "[1, inf)"),
+    "torch_threads": "[0, inf)",
     "n_atoms": "[2, inf)",
     "seed": "[0, 2147483647]",  # numpy's global seed must be below 2**32; env seeds count up from it
 }
@@ -190,12 +193,31 @@ def seed_everything(seed: int, torch_deterministic: bool) -> None:
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = torch_deterministic
 
+def free_cores() -> int:
+    """The cores no other work keeps busy as the run starts, measured over 0.1 s in /proc/stat; at least 1 (and 1
+    where /proc/stat cannot be read). Seeds started together see each other start up (imports keep a core busy)."""
+    def busy_and_total() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]  # the "cpu" line: all cores together
+        return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # all but idle and iowait
+    try:
+        busy0, total0 = busy_and_total()
+        time.sleep(0.1)
+        busy1, total1 = busy_and_total()
+    except (OSError, ValueError, IndexError):
+        return 1
+    busy_cores = (busy1 - busy0) / max(total1 - total0, 1) * os.cpu_count()
+    return max(1, min(len(os.sched_getaffinity(0)), round(os.cpu_count() - busy_cores)))
+
 def pick_device(args, local_rank: int = 0) -> torch.device:
-    """CUDA when available and wanted, else the CPU with one torch thread (more stall on a busy core: 3-40x slower)."""
+    """CUDA when available and wanted, else the CPU with --torch-threads threads (0: the free cores). One by default:
+    the thread count changes the rounding (so one seed gives one result only at one count), small networks gain
+    nothing from more, and more threads than free cores stall on every op when another process takes a core (SAC:
+    0.33x). docs/speed.md has the measurements."""
     if args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.torch_threads or free_cores())
     return torch.device("cpu")
 
 def probe_env(env_id: str, action_space: type, script: str, finite_actions: bool = False) -> gym.Env:
@@ -244,7 +266,7 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
         name, run_dir = checkpoint["run_name"], os.path.dirname(checkpoint["loaded_from"]) or "."
         note = f"; resuming {name} after iteration {checkpoint['iteration']} (global step {checkpoint['global_step']})"
     else:
-        name, note = claim_run_directory(run_prefix(args)) if rank == 0 else (run_prefix(args) + str(int(time.time())), "")
+        name, note = claim_run_directory(run_prefix(args)) if rank == 0 else (f"{run_prefix(args)}rank{rank}", "")
         run_dir = os.path.join("runs", name)
     if rank == 0:
         say(f"run directory: {run_dir}{note}")

@@ -89,3 +89,16 @@ def test_ppo_loss_normalizes_advantages_and_can_leave_the_value_loss_unclipped()
     # advantages (1, -2): mean -0.5, sample std 1.5 sqrt(2), so (1/sqrt(2), -1/sqrt(2)); pg = (-1.2 + 0.9) / sqrt(2) / 2
     assert pg_loss.item() == pytest.approx(-0.3 / (2 * math.sqrt(2)), rel=1e-6)
     assert v_loss.item() == pytest.approx(0.5 * (1.0 + 0.0) / 2)
+
+
+def test_the_rollouts_act_samples_and_scores_as_the_distribution_does_bit_for_bit():
+    from cleanrl.ppo import Agent
+
+    agent, obs = Agent(4, 3), torch.randn(64, 4)
+    with torch.no_grad():
+        torch.manual_seed(5)
+        action, logprob, _, value = agent.get_action_and_value(obs)
+        torch.manual_seed(5)
+        lean = agent.act(obs)
+    for a, b in zip((action, logprob, value), lean):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)

@@ -322,7 +322,8 @@ def test_a_failed_write_fails_in_one_line_keeps_the_old_checkpoint_and_leaves_no
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, handler)
-    assert str(e.value).startswith(f"error: cannot save {path}: ") and str(e.value).endswith("the previous one is intact")
+    message = str(e.value)
+    assert message.startswith(f"error: cannot save {path}: ") and message.endswith("the previous one is intact")
     assert open(path, "rb").read() == old and os.listdir(tmp_path) == ["checkpoint.pt"]
     with pytest.raises(SystemExit, match="nothing was written"):
         save_checkpoint({}, str(tmp_path / "no" / "such" / "dir.pt"))
@@ -341,3 +342,20 @@ def test_memory_beyond_this_machine_fails_naming_the_flag_and_the_bytes():
     frames = runtime.FrameReplayBuffer(1000, Box(0, 255, (4, 84, 84), np.uint8), Discrete(4), 2, torch.device("cpu"), 0)
     per_slot = frames.nbytes // (2 * frames.capacity)
     assert per_slot == 84 * 84 + 8 + 9
+
+
+def test_free_cores_counts_a_core_another_process_keeps_busy():
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count())]
+    try:
+        import time
+
+        time.sleep(0.5)
+        assert runtime.free_cores() == 1  # every core busy: one thread, never more
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert 1 <= runtime.free_cores() <= len(os.sched_getaffinity(0))
