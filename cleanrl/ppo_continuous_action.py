@@ -16,7 +16,6 @@ Run:
 MuJoCo environments need the `mujoco` extra (pip install "cleanrl[mujoco]").
 """
 
-import math
 import os
 import pickle
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 from gymnasium.vector.utils import batch_space
-from gymnasium.wrappers import utils as gym_utils
+from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
 import runtime
@@ -104,9 +103,6 @@ def check_env(env_id: str) -> None:
     probe.close()
 
 
-LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))  # as torch.distributions.Normal.log_prob writes it
-
-
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -147,16 +143,6 @@ class Agent(nn.Module):
         # independent dimensions: the log-probability and entropy of the action are sums over them
         return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
 
-    def act(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The rollout's (action, log pi(action | x), V(x)): what get_action_and_value computes, by the same ops in
-        the same order (bit-identical), without building the distribution or the entropy the rollout never uses."""
-        action_mean = self.actor_mean(x)
-        action_std = self.actor_logstd.expand_as(action_mean).exp()
-        action = torch.normal(action_mean, action_std)
-        # log N(a; mu, sigma) = -(a - mu)^2 / (2 sigma^2) - log sigma - log sqrt(2 pi), summed over the dimensions
-        log_prob = -((action - action_mean) ** 2) / (2 * action_std**2) - action_std.log() - LOG_SQRT_2PI
-        return action, log_prob.sum(1), self.critic(x)
-
     def act_deterministic(self, x: torch.Tensor) -> torch.Tensor:
         return self.actor_mean(x)
 
@@ -190,16 +176,6 @@ def compute_gae(
 def normalize_obs(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float, clip: float) -> np.ndarray:
     """(obs - mean) / sqrt(var + epsilon), clipped to [-clip, clip], as float32."""
     return np.clip((obs - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
-
-
-class RunningMeanStd(gym_utils.RunningMeanStd):
-    """gymnasium's running mean, variance and count; a batch of one row (one env, the default) is taken as its own
-    mean with variance 0, what np.mean and np.var return for it bit for bit, without their cost (2 x 13.5 us a step)."""
-
-    def update(self, x: np.ndarray) -> None:
-        if len(x) != 1:
-            return super().update(x)
-        self.update_from_moments(x[0], np.zeros_like(x[0]), 1)
 
 
 class NormalizeObservation(gym.vector.VectorWrapper):
@@ -257,7 +233,6 @@ def make_envs(
     # Rewards divided by the running std of the discounted return (gamma as in the update), then clipped.
     # gymnasium's vector NormalizeReward supports SAME_STEP: it restarts the return in the done step.
     reward_norm = gym.wrappers.vector.NormalizeReward(obs_norm, gamma=args.gamma)
-    reward_norm.return_rms = RunningMeanStd(shape=())  # the same statistics, with the batch-of-one path
     envs = gym.wrappers.vector.ClipReward(reward_norm, -10.0, 10.0)
     return envs, obs_norm, reward_norm
 
@@ -393,7 +368,8 @@ if __name__ == "__main__":
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with torch.no_grad():
-            return agent.act(obs)
+            action, logprob, _, value = agent.get_action_and_value(obs)
+        return action, logprob, value
 
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
         """One gradient step on one minibatch; returns the losses and diagnostics, detached."""

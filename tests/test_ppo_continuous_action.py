@@ -139,31 +139,3 @@ def test_halfcheetah_runs_through_its_updates_and_saves_17_dimensional_statistic
     assert len(values(scalars, "eval/episodic_return")) == 1
     checkpoint = torch.load(run_dir / "ppo_continuous_action.cleanrl_model", weights_only=True)
     assert checkpoint["obs_rms"]["mean"].shape == (17,)
-
-
-def test_the_rollouts_act_samples_and_scores_as_the_distribution_does_bit_for_bit():
-    agent, obs = Agent(5, 2), torch.randn(64, 5)
-    with torch.no_grad():
-        agent.actor_logstd.fill_(-0.7)
-        torch.manual_seed(5)
-        action, logprob, _, value = agent.get_action_and_value(obs)
-        torch.manual_seed(5)
-        lean = agent.act(obs)
-    for a, b in zip((action, logprob, value), lean):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-
-
-def test_running_statistics_of_one_row_are_gymnasiums_bit_for_bit():
-    from gymnasium.wrappers.utils import RunningMeanStd as Gymnasium
-
-    from cleanrl.ppo_continuous_action import RunningMeanStd
-
-    rng = np.random.default_rng(3)
-    for shape in [(), (17,)]:
-        ours, theirs = RunningMeanStd(shape=shape), Gymnasium(shape=shape)
-        for n in [1, 1, 3, 1, 1, 1]:  # batches of one (one env) and a batch of three
-            x = rng.normal(size=(n, *shape)) * 10
-            ours.update(x)
-            theirs.update(x)
-            assert ours.count == theirs.count
-            assert np.array_equal(ours.mean, theirs.mean) and np.array_equal(ours.var, theirs.var)
