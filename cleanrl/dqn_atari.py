@@ -77,9 +77,6 @@ def check_off_policy_args(args: Args) -> None:
     events (gradient step, target update) must fall on iteration boundaries to happen when the flags say. Each
     flag's own range is in runtime.FLAG_RANGES.
     """
-    if args.learning_starts >= args.total_timesteps:
-        runtime.warn(f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: "
-                     "no gradient step will happen (a smoke run of the loop)")
     for name in ("train_frequency", "target_network_frequency"):
         if getattr(args, name) % args.num_envs != 0:
             fail(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of --num-envs {args.num_envs}")

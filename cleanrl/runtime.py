@@ -139,6 +139,9 @@ def parse_args(args_cls, rank: int = 0) -> tuple:
         check_flag_ranges(args)
     if args.checkpoint_frequency > 0 and not args.save_model:
         fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
+    if getattr(args, "learning_starts", 0) >= args.total_timesteps:  # the off-policy scripts
+        warn(f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: no "
+             "update will happen (a smoke run of the loop)")
     check_speed_args(args)
     return args, checkpoint
 

@@ -61,9 +61,6 @@ class Args(RunArgs):
 def check_args(args: Args) -> int:
     """Check how the flags combine (each flag's own range is in runtime.FLAG_RANGES); returns the number of
     iterations (vector steps)."""
-    if args.learning_starts >= args.total_timesteps:
-        runtime.warn(f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: "
-                     "no update will happen (a smoke run of the loop)")
     if args.buffer_size < args.num_envs:
         fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
     return runtime.whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
@@ -80,7 +77,7 @@ class QNetwork(nn.Module):
 
     def forward(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         x = torch.cat([x, a], 1)
-        # ReLU in place: a linear layer's backward needs its input, not its output, so no copy is kept (1.04x)
+        # ReLU in place: a linear layer's backward needs its input, not its output, so no copy is kept
         x = F.relu(self.fc1(x), inplace=True)
         x = F.relu(self.fc2(x), inplace=True)
         return self.fc3(x).squeeze(-1)  # (batch,)

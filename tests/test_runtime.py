@@ -17,6 +17,7 @@ from gymnasium.spaces import Box, Discrete
 
 import runtime
 from runtime import ReplayBuffer, find_non_finite, load_state_of, save_checkpoint, state_of
+from tests.scripts import SCRIPTS
 
 
 def roundtrip(obj):
@@ -141,9 +142,7 @@ def test_progress_on_a_terminal_redraws_one_line(capsys, monkeypatch):
 
 
 # ---- declared flag ranges, budgets, run directories, unreadable checkpoints, failed writes (bad input) ----
-SCRIPT_MODULES = ["ppo", "ppo_continuous_action", "ppo_atari", "ppo_atari_multigpu", "dqn", "c51", "dqn_atari",
-                  "c51_atari", "ddpg_continuous_action", "td3_continuous_action", "sac_continuous_action",
-                  "ppg_procgen"]
+SCRIPT_MODULES = [name[:-3] for name in SCRIPTS]
 UNBOUNDED = {"v_min", "v_max"}  # any finite number (c51 checks v_min < v_max itself)
 
 
