@@ -1,8 +1,9 @@
 # docs: docs/benchmark.md
-"""Learning curves, result tables and an aggregate with confidence intervals, from TensorBoard event files.
+"""Learning curves, result tables and an aggregate with confidence intervals, from kept results or event files.
 
-Reads every run below the given result folders (what benchmark/run.py writes, or any folder holding `runs/`
-directories of the scripts), so no W&B account is needed. A run is a directory with `events.out.tfevents.*`
+Reads every run below the given result folders, so no W&B account is needed: the kept per-run files
+(benchmark/kept/<name>/, see benchmark/kept.py) when the folder holds any, else TensorBoard event files (what
+benchmark/run.py writes to benchmark/results/<name>/, or any folder holding `runs/` directories of the scripts). A run is a directory with `events.out.tfevents.*`
 files; its name `{env_id}__{exp_name}__{seed}__{unix time}` (relative to the nearest `runs/` folder, so env ids
 with "/" work) gives the env id and seed. Folders whose name starts with "." (e.g. the runner's `.incomplete/`)
 are not read. Two or more result folders are compared: each is one label, drawn on the same axes.
@@ -20,8 +21,10 @@ Definitions (also in docs/benchmark.md):
   --final-fraction of the run's steps (the last logged episode if none did).
 - SPS of a run: the last `charts/SPS` value (the scripts log global_step / seconds since the start of training).
 - curve of a run: a moving average over --smooth consecutive episodes, interpolated onto --num-points steps
-  from 0 to the longest run; a run contributes only inside the steps it covers. Band: the Student-t 95%
-  confidence interval of the mean over runs (none with one run).
+  from 0 to the longest run; a run contributes only inside the steps it covers. Band: the 95% percentile
+  bootstrap interval of the mean over runs at each step (--bootstrap-reps resamples of the runs with replacement;
+  none with one run). A mean of resampled runs never leaves their range, so the band stays inside the data
+  (a t-interval of 3 runs can reach past the possible returns).
 - normalized score: (final return - low) / (high - low) per env, with (low, high) from --bounds ENV=LOW:HIGH, or
   else the min and max final return over all runs of all labels in that env (then 0 = worst run, 1 = best run,
   so the aggregate compares the labels with each other; it is not an absolute score).
@@ -30,6 +33,7 @@ Definitions (also in docs/benchmark.md):
   each resampling the runs of every env with replacement, separately per env.
 
 Run:
+    python benchmark/report.py --results benchmark/kept/ppo --out benchmark/report/ppo
     python benchmark/report.py --results benchmark/results/ppo --out benchmark/report/ppo
     python benchmark/report.py --results old/ppo new/ppo --labels before after --out benchmark/report/compare
 """
@@ -37,6 +41,7 @@ Run:
 import csv
 import math
 import re
+import sys
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -45,6 +50,9 @@ from typing import NoReturn, Optional
 
 import numpy as np
 import tyro
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmark.kept import find_kept, read_event_scalars, read_kept  # noqa: E402  (a tool, not an algorithm script)
 
 
 @dataclass
@@ -68,7 +76,7 @@ class Args:
     bounds: list[str] = field(default_factory=list)
     """ENV=LOW:HIGH score bounds for the normalization, e.g. CartPole-v1=0:500; other envs use min/max over runs"""
     bootstrap_reps: int = 2000
-    """the number of stratified bootstrap replicates of the aggregate confidence intervals"""
+    """the number of bootstrap replicates of the curve bands and of the aggregate confidence intervals"""
     seed: int = 0
     """the seed of the bootstrap"""
     dpi: int = 100
@@ -131,14 +139,6 @@ def parse_run_name(run_dir: Path) -> tuple[str, int]:
     return m["env_id"], int(m["seed"])
 
 
-def read_event_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing import event_accumulator
-
-    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
 def find_run_dirs(folder: Path) -> list[Path]:
     dirs = {p.parent for p in folder.rglob("events.out.tfevents.*")}
     return sorted(d for d in dirs if not any(part.startswith(".") for part in d.relative_to(folder).parts))
@@ -152,9 +152,25 @@ def final_return(steps: np.ndarray, returns: np.ndarray, last_step: int, fractio
     return float(np.mean(returns[window])) if window.any() else float(returns[-1])
 
 
+def load_kept_runs(files: list[Path], label: str, args: Args) -> list[RunData]:
+    runs = []
+    for path in files:
+        record = read_kept(path)
+        steps = np.array(record["episodes"]["step"], dtype=np.int64)
+        returns = np.array(record["episodes"]["return"], dtype=np.float64)
+        sps = math.nan if record.get("sps") is None else float(record["sps"])
+        run = RunData(label, record["env_id"], int(record["seed"]), path, steps, returns, sps, int(record["last_step"]))
+        run.final_return = final_return(steps, returns, run.last_step, args.final_fraction)
+        runs.append(run)
+    return runs
+
+
 def load_runs(folder: Path, label: str, args: Args) -> list[RunData]:
     if not folder.is_dir():
         fail(f"result folder {folder} does not exist")
+    kept = find_kept(folder)
+    if kept:
+        return load_kept_runs(kept, label, args)
     runs = []
     for run_dir in find_run_dirs(folder):
         env_id, seed = parse_run_name(run_dir)
@@ -168,7 +184,7 @@ def load_runs(folder: Path, label: str, args: Args) -> list[RunData]:
         run.final_return = final_return(steps, returns, last_step, args.final_fraction)
         runs.append(run)
     if not runs:
-        fail(f"no TensorBoard event files below {folder}")
+        fail(f"no kept results (seed*.json) and no TensorBoard event files below {folder}")
     return runs
 
 
@@ -189,6 +205,21 @@ def curve_on_grid(run: RunData, grid: np.ndarray, smooth: int) -> np.ndarray:
     inside = (grid >= run.steps[0]) & (grid <= run.steps[-1])
     out[inside] = np.interp(grid[inside], run.steps, y)
     return out
+
+
+def bootstrap_band(ys: np.ndarray, reps: int, rng: np.random.Generator, ci: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of ys (runs x points, NaN where a run has no value): the percentile bootstrap interval of the
+    mean over the runs there. NaN where fewer than 2 runs have a value. Each bound is a mean of values of that
+    column, so the band never leaves the column's min and max."""
+    lo, hi = np.full(ys.shape[1], np.nan), np.full(ys.shape[1], np.nan)
+    alpha = (1.0 - ci) / 2.0
+    for j in range(ys.shape[1]):
+        x = ys[:, j][~np.isnan(ys[:, j])]
+        if len(x) < 2:
+            continue
+        means = x[rng.integers(0, len(x), size=(reps, len(x)))].mean(axis=1)
+        lo[j], hi[j] = np.quantile(means, alpha), np.quantile(means, 1.0 - alpha)
+    return lo, hi
 
 
 # ---- aggregate statistics (Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice") ----
@@ -355,9 +386,9 @@ def main(args: Args) -> None:
             with warnings.catch_warnings():  # nanmean warns at steps no run covers; those stay NaN
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(ys, axis=0)
-            half = t_halfwidth(ys, axis=0)
+            lo, hi = bootstrap_band(ys, args.bootstrap_reps, np.random.default_rng(args.seed))
             ax.plot(grid, mean, color=colors[label], label=f"{label} ({len(group)} runs)", linewidth=1.5)
-            ax.fill_between(grid, mean - half, mean + half, color=colors[label], alpha=0.2, linewidth=0)
+            ax.fill_between(grid, lo, hi, color=colors[label], alpha=0.2, linewidth=0)
         if not any(len(r.returns) for r in runs if r.env_id == env_id):
             ax.text(0.5, 0.5, "no finished episode", transform=ax.transAxes, ha="center", va="center")
             ax.set_xlim(0, max(max_step, 1))

@@ -10,7 +10,14 @@ Every run gets its own working directory, so the TensorBoard files a script writ
 
 One runner at a time per result folder: it holds a lock on <out>/<name>/.runner.lock while it runs.
 
-Resume: a run whose DONE.json exists is skipped (`--no-skip-finished` reruns everything). A run directory without
+Kept results: when a run finishes, the episodes it logged are written to a small JSON file under --keep
+(benchmark/kept/<name>/<env_id>/seed<k>.json, see benchmark/kept.py). Those files are committed, so results survive
+a change of machine: benchmark/report.py and benchmark/make_docs.py read them, and the runner skips a run whose
+kept file exists, on any machine. A kept file made by a different command (another budget, other flags) stops the
+runner before any run starts: give the new benchmark its own --name, or delete the file.
+
+Resume: a run whose kept file or DONE.json exists is skipped (`--no-skip-finished` reruns everything); a finished
+run without a kept file gets one from its event files. A run directory without
 the marker belongs to an attempt that failed or was stopped; it is moved, with its log, to
 `<out>/<name>/.incomplete/<env_id>/seed<k>-<unix time>/` (hidden from the report) and the run starts again, which
 the runner prints. Nothing is retried within one invocation: a failed run stays failed, it is listed in the
@@ -42,6 +49,9 @@ from typing import NoReturn, Optional
 
 import tyro
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmark.kept import kept_path, portable_command, read_kept, write_kept  # noqa: E402  (a tool, not a script)
+
 
 @dataclass
 class Args:
@@ -57,6 +67,8 @@ class Args:
     """the number of runs at the same time"""
     out: str = "benchmark/results"
     """the root folder of all results"""
+    keep: str = "benchmark/kept"
+    """the folder of the kept per-run results (commit it); empty to keep nothing"""
     name: Optional[str] = None
     """the result folder under --out; None uses the stem of the first .py file in the command (e.g. ppo)"""
     skip_finished: bool = True
@@ -91,6 +103,8 @@ class Run:
     note: str = ""
     proc: Optional[subprocess.Popen] = None
     log_file: Optional[object] = None
+    kept: Optional[Path] = None  # where the run's kept result goes (None: keep nothing)
+    name: str = ""
 
     @property
     def log(self) -> Path:
@@ -147,19 +161,35 @@ def plan_runs(args: Args, command: list[str]) -> tuple[Path, list[Run]]:
     for token in tokens:
         if token.endswith(".py") and not Path(token).is_file() and not Path(token).is_absolute():
             fail(f"the command names {token}, which does not exist relative to {Path.cwd()}")
-    root = Path(args.out).resolve() / (args.name or result_name(tokens))
-    runs = [
-        Run(env_id, seed, build_argv(tokens, env_id, seed), root / env_id / f"seed{seed}")
-        for env_id in args.env_ids
-        for seed in args.seeds
-    ]
+    name = args.name or result_name(tokens)
+    root = Path(args.out).resolve() / name
+    runs = []
+    for env_id in args.env_ids:
+        for seed in args.seeds:
+            run = Run(env_id, seed, build_argv(tokens, env_id, seed), root / env_id / f"seed{seed}", name=name)
+            if args.keep:
+                run.kept = kept_path(Path(args.keep), name, env_id, seed)
+                if run.kept.exists() and args.skip_finished:
+                    old = read_kept(run.kept)["command"]
+                    if old != portable_command(run.argv):
+                        fail(
+                            f"{run.kept} holds a run of another command ({shlex.join(old)}); give this benchmark "
+                            f"its own --name, or delete the file to replace it"
+                        )
+            runs.append(run)
     return root, runs
 
 
 def prepare(run: Run, root: Path, skip_finished: bool) -> None:
     """Skip a finished run, or clear the directory of an earlier attempt so the report never reads it."""
+    if run.kept is not None and run.kept.exists() and skip_finished:
+        run.status, run.note = "skipped", "kept result exists"
+        return
     if run.marker.exists() and skip_finished:
         run.status, run.note = "skipped", "DONE.json exists"
+        if run.kept is not None:
+            marker = json.loads(run.marker.read_text())
+            keep(run, marker.get("seconds"), argv=marker["argv"])  # the command that made the run, not this one
         return
     if run.workdir.exists():
         moved = root / ".incomplete" / run.env_id / f"seed{run.seed}-{int(time.time())}"
@@ -209,8 +239,21 @@ def finish(run: Run, exit_code: int) -> None:
         tmp = run.marker.with_suffix(".tmp")
         tmp.write_text(json.dumps(marker, indent=2) + "\n")
         tmp.rename(run.marker)
+        if run.kept is not None:
+            keep(run, run.seconds)
     else:
         run.status = "failed"
+
+
+def keep(run: Run, seconds: Optional[float], argv: Optional[list[str]] = None) -> None:
+    """Write the run's kept result from its event files; a run that logged no events keeps nothing (said in the note)."""
+    try:
+        record = write_kept(run.kept, run.name, run.env_id, run.seed, argv or run.argv, run.workdir, seconds)
+    except ValueError as e:
+        run.note = (run.note + "; " if run.note else "") + f"nothing kept: {e}"
+        return
+    kept_note = f"kept {len(record['episodes']['step'])} episodes in {run.kept}"
+    run.note = (run.note + "; " if run.note else "") + kept_note
 
 
 def log_tail(run: Run, n: int) -> list[str]:

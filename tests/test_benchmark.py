@@ -12,7 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark.report import final_return, iqm, iqm_rows, mean_rows, parse_run_name, stratified_bootstrap_ci, t_halfwidth
+from benchmark.kept import read_kept
+from benchmark.report import (
+    bootstrap_band, final_return, iqm, iqm_rows, mean_rows, parse_run_name, stratified_bootstrap_ci, t_halfwidth,
+)  # fmt: skip
 from benchmark.throughput import SPECS, budget, script_argv
 from tests.helpers import ROOT, read_scalars, script_env, single_run_dir, values
 
@@ -85,7 +88,9 @@ def test_resume_skips_finished_runs_and_reruns_failed_ones(ppo_bench, tmp_path):
     assert proc.returncode == 1
     assert "4 runs (2 already finished)" in proc.stdout
     for seed in (1, 2):
-        assert f"| CartPole-v1 | {seed} | skipped |  |  | DONE.json exists |" in proc.stdout
+        # the copy has no kept files (they stayed beside the first results): made from the finished runs' events
+        assert f"| CartPole-v1 | {seed} | skipped |  |  | DONE.json exists; kept " in proc.stdout
+        assert (work / f"benchmark/kept/ppo/CartPole-v1/seed{seed}.json").exists()
         assert f"| NoSuchEnv-v0 | {seed} | failed | 4 |" in proc.stdout
     # the earlier failed attempts were moved aside (not deleted, not read by the report)
     moved = list((work / "results/ppo/.incomplete/NoSuchEnv-v0").iterdir())
@@ -93,8 +98,11 @@ def test_resume_skips_finished_runs_and_reruns_failed_ones(ppo_bench, tmp_path):
     assert "error: cannot make environment" in (moved[0] / "log.txt").read_text()
     events_after = sorted(p.stat().st_mtime_ns for p in (work / "results/ppo/CartPole-v1").rglob("events.out.tfevents.*"))
     assert events_after == events_before
+    # the kept files name the command that made the runs, not the one that found them finished
+    assert read_kept(work / "benchmark/kept/ppo/CartPole-v1/seed1.json")["command"][1:4] == ["cleanrl/ppo.py", "--total-timesteps", "1024"]
     # only the finished env: nothing to do, success
-    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", "--", sys.executable, str(PPO), cwd=work)
+    ppo = ["--", sys.executable, str(PPO), "--total-timesteps", "1024"]
+    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", *ppo, cwd=work)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 runs (2 already finished)" in proc.stdout
 
@@ -201,7 +209,68 @@ def test_report_bad_input(tmp_path):
         [sys.executable, str(ROOT / "benchmark/report.py"), "--results", "empty", "--out", "rep"],
         cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == "error: no TensorBoard event files below empty"
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == "error: no kept results (seed*.json) and no TensorBoard event files below empty"
+
+
+def test_kept_results_survive_a_change_of_machine(ppo_bench, tmp_path):
+    """Only the kept files travel (as in a fresh checkout): the runner skips those runs, the report reads them."""
+    cwd, _ = ppo_bench
+    shutil.copytree(cwd / "benchmark/kept", tmp_path / "benchmark/kept")
+    kept = sorted((tmp_path / "benchmark/kept/ppo").rglob("*.json"))
+    assert [p.relative_to(tmp_path / "benchmark/kept/ppo").as_posix() for p in kept] == ["CartPole-v1/seed1.json", "CartPole-v1/seed2.json"]
+    for seed, path in zip((1, 2), kept):
+        record = read_kept(path)
+        # the command names the script relative to the repository root, so it reruns on any checkout
+        assert record["command"] == ["python", "cleanrl/ppo.py", "--total-timesteps", "1024", "--env-id", "CartPole-v1", "--seed", str(seed)]
+        assert record["total_timesteps"] == 1024 == record["last_step"]
+        (events,) = {p.parent for p in (cwd / f"results/ppo/CartPole-v1/seed{seed}").rglob("events.out.tfevents.*")}
+        scalars = read_scalars(events)
+        assert record["episodes"]["step"] == [s for s, _ in scalars["charts/episodic_return"]]
+        assert record["episodes"]["return"] == pytest.approx([v for _, v in scalars["charts/episodic_return"]], abs=5e-5)
+        assert record["sps"] == pytest.approx(values(scalars, "charts/SPS")[-1], abs=0.05)
+    command = ["--", sys.executable, str(PPO), "--total-timesteps", "1024"]
+    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", *command, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 runs (2 already finished)" in proc.stdout and proc.stdout.count("kept result exists") == 2
+    assert not (tmp_path / "results/ppo/CartPole-v1").exists(), "a kept run ran again"
+    # another budget under the same name would mix two benchmarks: refused before anything runs
+    command[-1] = "2048"
+    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "--out", "results", *command, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        "error: benchmark/kept/ppo/CartPole-v1/seed1.json holds a run of another command (python cleanrl/ppo.py "
+        "--total-timesteps 1024 --env-id CartPole-v1 --seed 1); give this benchmark its own --name, or delete the file to replace it"
+    )
+    # the report from the kept files gives the tables the event files give
+    report("--results", "benchmark/kept/ppo", "--out", "from_kept", cwd=tmp_path)
+    report("--results", str(cwd / "results/ppo"), "--out", "from_events", cwd=tmp_path)
+    kept_rows, event_rows = read_csv(tmp_path / "from_kept/summary.csv"), read_csv(tmp_path / "from_events/summary.csv")
+    for row in kept_rows + event_rows:
+        row.pop("label")
+    for a, b in zip(kept_rows, event_rows, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            try:
+                assert float(a[key]) == pytest.approx(float(b[key]), abs=0.05), key
+            except ValueError:
+                assert a[key] == b[key], key
+
+
+def test_curve_band_by_hand_and_inside_the_runs():
+    rng = np.random.default_rng(0)
+    # two runs 0 and 10: a resampled mean is 0, 5 or 10 with probabilities 1/4, 1/2, 1/4, so the 95% band is [0, 10];
+    # all equal: the band is that value; one run (or none) at a step: no band there
+    ys = np.array([[0.0, 3.0, np.nan, np.nan], [10.0, 3.0, 7.0, np.nan]])
+    lo, hi = bootstrap_band(ys, 4000, rng)
+    np.testing.assert_array_equal(lo[:2], [0.0, 3.0])
+    np.testing.assert_array_equal(hi[:2], [10.0, 3.0])
+    assert np.isnan(lo[2:]).all() and np.isnan(hi[2:]).all()
+    # CartPole-like returns near the 500 cap: the band never leaves [min, max] of the runs (a t-interval would)
+    ys = np.array([[500.0, 20.0], [500.0, 9.0], [150.0, 10.0]])
+    lo, hi = bootstrap_band(ys, 2000, rng)
+    assert (lo >= ys.min(axis=0)).all() and (hi <= ys.max(axis=0)).all() and (lo < hi).all()
+    half = t_halfwidth(ys, axis=0)
+    assert ys.mean(axis=0)[0] + half[0] > 500 and ys.mean(axis=0)[1] - half[1] < 0
 
 
 def test_iqm_by_hand():
