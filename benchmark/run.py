@@ -10,10 +10,10 @@ Every run gets its own working directory, so the TensorBoard files a script writ
 
 One runner at a time per result folder: it holds a lock on <out>/<name>/.runner.lock while it runs.
 
-Kept results: when a run finishes, the episodes it logged are written to a small JSON file under --keep
-(benchmark/kept/<name>/<env_id>/seed<k>.json, see benchmark/kept.py). Those files are committed, so results survive
-a change of machine: benchmark/report.py and benchmark/make_docs.py read them, and the runner skips a run whose
-kept file exists, on any machine. A kept file made by a different command (another budget, other flags) stops the
+Kept results (--keep DIR, which benchmark/suite.py passes as benchmark/kept): when a run finishes, the episodes it
+logged are written to a small JSON file DIR/<name>/<env_id>/seed<k>.json (see benchmark/kept.py). Committed, those
+files survive a change of machine: benchmark/report.py and benchmark/make_docs.py read them, and the runner skips a
+run whose kept file exists, on any machine. A kept file made by a different command (another budget, other flags) stops the
 runner before any run starts: give the new benchmark its own --name, or delete the file.
 
 Resume: a run whose kept file or DONE.json exists is skipped (`--no-skip-finished` reruns everything); a finished
@@ -67,8 +67,8 @@ class Args:
     """the number of runs at the same time"""
     out: str = "benchmark/results"
     """the root folder of all results"""
-    keep: str = "benchmark/kept"
-    """the folder of the kept per-run results (commit it); empty to keep nothing"""
+    keep: Optional[str] = None
+    """if set, keep each finished run's episodes in this folder (benchmark/suite.py uses benchmark/kept, committed)"""
     name: Optional[str] = None
     """the result folder under --out; None uses the stem of the first .py file in the command (e.g. ppo)"""
     skip_finished: bool = True

@@ -8,9 +8,10 @@ Shell files (benchmark/*.sh) are included with pymdownx.snippets: --8<-- "benchm
 The same functions serve tests/test_docs.py, which runs the commands the docs show.
 
 Links to repository files outside docs/ (README.md's script table links cleanrl/ppo.py, which the home page
-includes) have no page on the site; they are rewritten to the file on the repository host (repo_url), after
-the snippets are included. A link that resolves to neither a docs file nor a repository file is left alone,
-so `mkdocs build --strict` still fails on it.
+includes) have no page on the site. With `repo_url` set in mkdocs.yml they are rewritten to the file on the
+repository host, after the snippets are included; without it (the default until the project has a public home)
+the link becomes its text, so no link points at another project's repository. A link that resolves to neither a
+docs file nor a repository file is left alone, so `mkdocs build --strict` still fails on it.
 """
 
 import ast
@@ -83,7 +84,20 @@ def repository_link(target: str, page_src: str) -> str | None:
     return None
 
 
-def rewrite_repository_links(markdown: str, page_src: str, repo_url: str) -> str:
+UNLINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>[^)\s#]+)(?:#[^)\s]*)?\)")
+
+
+def rewrite_repository_links(markdown: str, page_src: str, repo_url: str | None) -> str:
+    """Links to repository files point at repo_url; without repo_url they become their text."""
+    if not repo_url:
+
+        def unlink(m: re.Match) -> str:
+            if (DOCS / posixpath.dirname(page_src) / m["target"]).exists() or repository_link(m["target"], page_src) is None:
+                return m[0]
+            return m["text"]
+
+        return UNLINK.sub(unlink, markdown)
+
     def replace(m: re.Match) -> str:
         if (DOCS / posixpath.dirname(page_src) / m["target"]).exists():
             return m[0]  # a docs file: MkDocs turns it into a page link
@@ -103,7 +117,7 @@ class _RepositoryLinks(Preprocessor):
         self.state = state
 
     def run(self, lines: list[str]) -> list[str]:
-        if self.state.get("page") is None or not self.state.get("repo_url"):
+        if self.state.get("page") is None:
             return lines
         return rewrite_repository_links("\n".join(lines), self.state["page"], self.state["repo_url"]).split("\n")
 

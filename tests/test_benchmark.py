@@ -48,6 +48,7 @@ def ppo_bench(tmp_path_factory):
         "--env-ids", "CartPole-v1", "NoSuchEnv-v0",
         "--seeds", "1", "2",
         "--workers", "2",
+        "--keep", "benchmark/kept",
         "--out", "results",
         "--", sys.executable, str(PPO), "--total-timesteps", "1024",
         cwd=cwd,
@@ -82,7 +83,7 @@ def test_resume_skips_finished_runs_and_reruns_failed_ones(ppo_bench, tmp_path):
     events_before = sorted(p.stat().st_mtime_ns for p in (work / "results/ppo/CartPole-v1").rglob("events.out.tfevents.*"))
     # the failed runs now run again: with a command that fails fast (exit 4), so they fail again
     proc = bench(
-        "--command", f"{QUICK} 'import sys; sys.exit(4)' {{env_id}} {{seed}}", "--name", "ppo",
+        "--command", f"{QUICK} 'import sys; sys.exit(4)' {{env_id}} {{seed}}", "--name", "ppo", "--keep", "benchmark/kept",
         "--env-ids", "CartPole-v1", "NoSuchEnv-v0", "--seeds", "1", "2", "--out", "results", cwd=work,
     )  # fmt: skip
     assert proc.returncode == 1
@@ -102,7 +103,7 @@ def test_resume_skips_finished_runs_and_reruns_failed_ones(ppo_bench, tmp_path):
     assert read_kept(work / "benchmark/kept/ppo/CartPole-v1/seed1.json")["command"][1:4] == ["cleanrl/ppo.py", "--total-timesteps", "1024"]
     # only the finished env: nothing to do, success
     ppo = ["--", sys.executable, str(PPO), "--total-timesteps", "1024"]
-    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", *ppo, cwd=work)
+    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", "--keep", "benchmark/kept", *ppo, cwd=work)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 runs (2 already finished)" in proc.stdout
 
@@ -230,13 +231,13 @@ def test_kept_results_survive_a_change_of_machine(ppo_bench, tmp_path):
         assert record["episodes"]["return"] == pytest.approx([v for _, v in scalars["charts/episodic_return"]], abs=5e-5)
         assert record["sps"] == pytest.approx(values(scalars, "charts/SPS")[-1], abs=0.05)
     command = ["--", sys.executable, str(PPO), "--total-timesteps", "1024"]
-    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", *command, cwd=tmp_path)
+    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", "--keep", "benchmark/kept", *command, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 runs (2 already finished)" in proc.stdout and proc.stdout.count("kept result exists") == 2
     assert not (tmp_path / "results/ppo/CartPole-v1").exists(), "a kept run ran again"
     # another budget under the same name would mix two benchmarks: refused before anything runs
     command[-1] = "2048"
-    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "--out", "results", *command, cwd=tmp_path)
+    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "--out", "results", "--keep", "benchmark/kept", *command, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
         "error: benchmark/kept/ppo/CartPole-v1/seed1.json holds a run of another command (python cleanrl/ppo.py "
         "--total-timesteps 1024 --env-id CartPole-v1 --seed 1); give this benchmark its own --name, or delete the file to replace it"

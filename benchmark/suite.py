@@ -1,0 +1,128 @@
+# docs: docs/benchmark.md
+"""The learning benchmark published in the docs: which script runs on which env ids, at which budget, 3 seeds.
+
+Budgets fit a 2-core CPU machine: the published budget where it fits (classic control 500k, PPO on MuJoCo 1M),
+else the largest that does (off-policy MuJoCo 100k, Atari and Procgen a short run that shows learning has begun).
+Each entry is one benchmark/run.py command; finished runs are kept in benchmark/kept/ (committed), so the suite
+resumes across days and machines: running it again starts only the runs that have no kept file.
+
+Run:
+    python benchmark/suite.py --dry-run               # the commands, and which runs are kept already
+    python benchmark/suite.py --only ppo dqn          # run what is missing of these scripts
+    python benchmark/suite.py                         # run everything that is missing, cheapest entries first
+    python benchmark/make_docs.py                     # then the tables and figures of the docs, from benchmark/kept/
+"""
+
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import tyro
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmark.kept import KEPT, kept_path  # noqa: E402  (a tool, not an algorithm script)
+
+CLASSIC = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    script: str  # cleanrl/<script>.py, and the folder of its kept runs
+    env_ids: list[str]
+    total_timesteps: int
+    flags: tuple[str, ...] = ()  # beyond --total-timesteps, --env-id and --seed
+    seeds: tuple[int, ...] = (1, 2, 3)
+    hours: float = 0.0  # CPU hours of the whole entry on one core of the development machine (for ordering)
+    launcher: tuple[str, ...] = ("python",)
+
+    def command(self) -> list[str]:
+        return [*self.launcher, f"cleanrl/{self.script}.py", "--total-timesteps", str(self.total_timesteps), *self.flags]
+
+    def runner_command(self) -> list[str]:
+        seeds = [str(s) for s in self.seeds]
+        return ["python", "benchmark/run.py", "--keep", "benchmark/kept", "--env-ids", *self.env_ids, "--seeds", *seeds, "--", *self.command()]
+
+
+# Pendulum's off-policy runs start learning after 1000 random steps, not the scripts' MuJoCo defaults
+# (25000 for DDPG and TD3, 5000 for SAC), which would leave little of a 20k budget to learn in.
+PENDULUM = ("--learning-starts", "1000")
+
+SUITE = [
+    Entry("ppo", CLASSIC, 500_000, hours=0.3),
+    Entry("ddpg_continuous_action", ["Pendulum-v1"], 20_000, PENDULUM, hours=0.1),
+    Entry("td3_continuous_action", ["Pendulum-v1"], 20_000, PENDULUM, hours=0.15),
+    Entry("sac_continuous_action", ["Pendulum-v1"], 20_000, PENDULUM, hours=0.2),
+    Entry("dqn", CLASSIC, 500_000, hours=0.6),
+    Entry("ppo_continuous_action", ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"], 1_000_000, hours=1.8),
+    Entry("c51", CLASSIC, 500_000, hours=1.2),
+    Entry("ddpg_continuous_action", ["Hopper-v5", "HalfCheetah-v5"], 100_000, hours=0.8),
+    Entry("td3_continuous_action", ["Hopper-v5", "HalfCheetah-v5"], 100_000, hours=1.0),
+    Entry("sac_continuous_action", ["Hopper-v5", "HalfCheetah-v5"], 100_000, hours=1.6),
+    Entry("ppo_atari", ["BreakoutNoFrameskip-v4"], 1_000_000, hours=1.5),
+    Entry("ppg_procgen", ["starpilot"], 1_000_000, hours=2.0),
+    Entry("ppo_atari_multigpu", ["BreakoutNoFrameskip-v4"], 1_000_000, launcher=("torchrun", "--standalone", "--nproc_per_node=2"), hours=3.0),
+    Entry("dqn_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=3.5),
+    Entry("c51_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.0),
+]
+
+# Published results of the reference CleanRL scripts (3 seeds, gymnasium 0.29): script -> our env id -> (budget,
+# final return, the env id they ran). Tables show them beside ours only where our budget is the same; results at
+# other budgets are quoted for context.
+PUBLISHED = {
+    "ppo_continuous_action": {"HalfCheetah-v5": (1_000_000, 1442.6, "HalfCheetah-v4"), "Hopper-v5": (1_000_000, 2382.9, "Hopper-v4"), "Walker2d-v5": (1_000_000, 2288.0, "Walker2d-v4")},
+    "ddpg_continuous_action": {"Hopper-v5": (1_000_000, 1577.0, "Hopper-v4"), "HalfCheetah-v5": (1_000_000, 10374.0, "HalfCheetah-v4")},
+    "td3_continuous_action": {"Hopper-v5": (1_000_000, 3135.0, "Hopper-v4"), "HalfCheetah-v5": (1_000_000, 9583.0, "HalfCheetah-v4")},
+    "sac_continuous_action": {"Hopper-v5": (1_000_000, 2310.0, "Hopper-v4"), "HalfCheetah-v5": (1_000_000, 9635.0, "HalfCheetah-v4")},
+    "ppo_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 414.7, "BreakoutNoFrameskip-v4")},
+    "dqn_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 366.9, "BreakoutNoFrameskip-v4")},
+    "c51_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 461.9, "BreakoutNoFrameskip-v4")},
+    "ppg_procgen": {"starpilot": (25_000_000, 34.8, "starpilot (easy)")},
+}  # fmt: skip
+
+
+@dataclass
+class Args:
+    only: list[str] = field(default_factory=list)
+    """run only the entries of these scripts (e.g. ppo dqn); empty: every entry"""
+    workers: int = 1
+    """runs at the same time (benchmark/run.py --workers)"""
+    dry_run: bool = False
+    """if toggled, print each entry's command and how many of its runs are kept, and run nothing"""
+
+
+def fail(message: str) -> NoReturn:
+    raise SystemExit(f"error: {message}")
+
+
+def kept_runs(entry: Entry) -> int:
+    return sum(kept_path(KEPT, entry.script, e, s).exists() for e in entry.env_ids for s in entry.seeds)
+
+
+def main(args: Args) -> int:
+    known = {e.script for e in SUITE}
+    unknown = sorted(set(args.only) - known)
+    if unknown:
+        fail(f"--only {' '.join(unknown)}: not in the suite; its scripts are {' '.join(sorted(known))}")
+    entries = [e for e in SUITE if not args.only or e.script in args.only]
+    failed = 0
+    for entry in entries:
+        total = len(entry.env_ids) * len(entry.seeds)
+        done = kept_runs(entry)
+        print(f"# {entry.script}: {done}/{total} runs kept, about {entry.hours:g} CPU hours in all", flush=True)
+        cmd = entry.runner_command()
+        if args.workers != 1:
+            cmd[2:2] = ["--workers", str(args.workers)]
+        print(shlex.join(cmd), flush=True)
+        if args.dry_run or done == total:
+            continue
+        proc = subprocess.run([sys.executable, *cmd[1:]], cwd=ROOT, check=False)
+        failed += proc.returncode != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(tyro.cli(Args)))

@@ -1,0 +1,59 @@
+"""The published benchmark results: the docs regenerate from the kept per-run files, every algorithm page shows
+the figure of each script with kept runs, and the kept files are whole."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from benchmark.kept import KEPT, find_kept, read_kept
+from benchmark.make_docs import PAGES
+from benchmark.suite import SUITE
+from tests.helpers import ROOT
+
+
+def test_committed_pages_regenerate_from_the_kept_runs():
+    proc = subprocess.run(
+        [sys.executable, "benchmark/make_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert proc.returncode == 0, "run `python benchmark/make_docs.py` and commit its output:\n" + proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def results_section(page: str) -> str:
+    text = (ROOT / "docs" / page).read_text()
+    return text[text.index("## Benchmark results") :]
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_algorithm_page_shows_the_figure_of_each_script_with_kept_runs(page):
+    section = results_section(page)
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
+    for figure in figures:
+        assert (ROOT / "docs" / page).parent.joinpath(figure).resolve().is_file(), f"{page}: {figure} does not exist"
+    for script in PAGES[page]:
+        kept = find_kept(KEPT / script) if (KEPT / script).is_dir() else []
+        if kept:
+            assert f"../benchmark/{script}/curves.svg" in figures, f"{page} has no figure of {script}'s {len(kept)} kept runs"
+            assert "| env | steps | seeds | final return |" in section
+        else:
+            assert f"### `{script}.py`" in section and "Not run yet" in section, f"{page} must say {script} is not run yet"
+
+
+def test_kept_runs_are_whole_and_belong_to_the_suite():
+    """Every kept file is a finished run of a command of benchmark/suite.py (so the suite skips it and the docs
+    state its budget truthfully), with an episode list that ends inside the run."""
+    commands = {
+        (e.script, env, seed): [*e.command(), "--env-id", env, "--seed", str(seed)] for e in SUITE for env in e.env_ids for seed in e.seeds
+    }
+    files = find_kept(KEPT) if KEPT.is_dir() else []
+    for path in files:
+        record = read_kept(path)
+        key = (record["name"], record["env_id"], record["seed"])
+        assert path == KEPT / record["name"] / record["env_id"] / f"seed{record['seed']}.json"
+        assert key in commands, f"{path.relative_to(ROOT)} is no run of benchmark/suite.py"
+        assert record["command"] == commands[key], f"{path.relative_to(ROOT)} was made by another command than the suite's"
+        steps = record["episodes"]["step"]
+        assert steps == sorted(steps) and len(steps) > 0 and steps[-1] <= record["last_step"] <= record["total_timesteps"]
+        # a whole run: it reached its last iteration (on-policy scripts stop at a whole batch below the budget)
+        assert record["last_step"] >= 0.99 * record["total_timesteps"], f"{path.relative_to(ROOT)} stopped early"
