@@ -64,7 +64,8 @@ class Args:
     """if toggled, write nothing: exit 1 naming every committed page that differs from what this gives, or a figure
     that is missing or left over (figures are compared by existence: their bytes depend on the matplotlib version)"""
     throughput: Optional[str] = None
-    """a results.json of benchmark/throughput.py to copy to docs/benchmark/throughput.json first"""
+    """a results.json of benchmark/throughput.py to copy to docs/benchmark/ first (throughput-gpu.json when it
+    was measured with --cuda, else throughput.json)"""
 
 
 def fail(message: str) -> NoReturn:
@@ -215,7 +216,13 @@ def throughput_section(tp: Optional[dict]) -> str:
 # ---- the benchmark page ----
 
 
-def benchmark_page(results: dict[str, ScriptResults], tp: Optional[dict]) -> str:
+def gpu_section(tp_gpu: Optional[dict]) -> str:
+    if tp_gpu is None:
+        return "\nNo GPU table has been measured yet: `python benchmark/gpu_check.py` (below) makes one.\n"
+    return "\n### On a GPU\n\n" + throughput_section(tp_gpu).replace("benchmark/throughput.json", "benchmark/throughput-gpu.json") + "\n"
+
+
+def benchmark_page(results: dict[str, ScriptResults], tp: Optional[dict], tp_gpu: Optional[dict]) -> str:
     families = []
     for family, scripts in FAMILIES.items():
         families += [f"## {family}", "", *[results_block(results[s], "benchmark", "#reproduce") for s in scripts]]
@@ -235,7 +242,7 @@ else the largest that does; each table says its budget.
 ## Throughput
 
 {throughput_section(tp)}
-
+{gpu_section(tp_gpu)}
 ## Reproduce
 
 Every result above was trained on {", ".join(machines) or "a CPU machine"}, one run at a time, by
@@ -254,10 +261,14 @@ python benchmark/make_docs.py
 ```
 
 The throughput table: `python benchmark/throughput.py` (about 35 minutes with nothing else running), then
-`python benchmark/make_docs.py --throughput benchmark/results/speed/results.json`. On a GPU machine:
+`python benchmark/make_docs.py --throughput benchmark/results/speed/results.json`. On a machine with an NVIDIA GPU,
+one command runs the CUDA parity tests (`--compile --cudagraphs` and `--amp` against the plain CUDA path), a
+1-process NCCL run of `ppo_atari_multigpu.py` and the GPU throughput table, in at most 8 minutes, into one folder
+with a `summary.md`; then `python benchmark/make_docs.py --throughput benchmark/results/gpu-check/speed-gpu/results.json`
+adds the GPU table to this page:
 
 ```bash
-python benchmark/throughput.py --cuda --scripts ppo_atari ppo_continuous_action sac_continuous_action td3_continuous_action dqn_atari --variants compile+cudagraphs compile+cudagraphs+amp --no-sb3 --rounds 1 --raw-seconds 2 --timeout 200 --out benchmark/results/speed-gpu
+python benchmark/gpu_check.py --out benchmark/results/gpu-check
 ```
 
 The benchmarks at the upstream CleanRL budgets (10M Atari steps, 1M MuJoCo steps for every algorithm, 25M Procgen
@@ -285,12 +296,11 @@ def main(args: Args) -> int:
         src = Path(args.throughput)
         if not src.is_file():
             fail(f"--throughput {src}: no such file")
-        json.loads(src.read_text())
+        name = "throughput-gpu.json" if json.loads(src.read_text()).get("cuda") else "throughput.json"
         if not args.check:
             FIGURES.mkdir(parents=True, exist_ok=True)
-            shutil.copy(src, FIGURES / "throughput.json")
-    tp_file = FIGURES / "throughput.json"
-    tp = json.loads(tp_file.read_text()) if tp_file.exists() else None
+            shutil.copy(src, FIGURES / name)
+    tp, tp_gpu = (json.loads(f.read_text()) if f.exists() else None for f in (FIGURES / "throughput.json", FIGURES / "throughput-gpu.json"))
     scripts = sorted({s for ss in [*PAGES.values(), *FAMILIES.values()] for s in ss})
     results = {s: learning_results(s) for s in scripts}
 
@@ -302,7 +312,7 @@ def main(args: Args) -> int:
         path = ROOT / "docs" / page
         section = page_section([results[s] for s in ss], "../benchmark", "../benchmark.md")
         wanted[path] = with_section(path.read_text(), section).encode()
-    wanted[ROOT / "docs" / "benchmark.md"] = benchmark_page(results, tp).encode()
+    wanted[ROOT / "docs" / "benchmark.md"] = benchmark_page(results, tp, tp_gpu).encode()
     stale = [p for p in FIGURES.glob("*/curves.svg") if p not in wanted]
 
     changed = [p for p, data in wanted.items() if not p.exists() or p.read_bytes() != data]

@@ -83,7 +83,8 @@ def assert_losses_close(reference: dict, other: dict, keys, rtol: float, atol: f
 
 
 def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rtol: float, atol: float,
-                          min_updates: int = 3, episodes_rtol: Optional[float] = 0.0, launcher=None) -> dict:
+                          min_updates: int = 3, episodes_rtol: Optional[float] = 0.0, launcher=None,
+                          device: str = "--no-cuda", flags: tuple = ("--compile",)) -> dict:
     """The --compile path and the plain path, same seed on CPU, log the same losses within (rtol, atol).
 
     The compiled run must really compile: torch's dynamo log must show every function named in `compiled`
@@ -92,12 +93,13 @@ def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rto
     Episode returns: with `episodes_rtol` 0 both runs must log identical ones (compiled code samples from
     torch's own generator, so one seed gives the same discrete actions until rounding moves a sample across a
     boundary); above 0, equal within that relative tolerance (continuous actions move by rounding); with None
-    they are not compared (the budget ends no episode). The plain run's scalars are returned.
+    they are not compared (the budget ends no episode). `device` and `flags` choose the device (--cuda on a GPU) and
+    the compiled run's flags (e.g. --compile --cudagraphs). The plain run's scalars are returned.
     """
     runs = {}
-    for name, extra, env in (("plain", [], None), ("compiled", ["--compile"], script_env(TORCH_LOGS="dynamo,recompiles"))):
+    for name, extra, env in (("plain", [], None), ("compiled", list(flags), script_env(TORCH_LOGS="dynamo,recompiles"))):
         (Path(cwd) / name).mkdir()
-        proc = run_script(script, *args, *extra, "--no-cuda", cwd=Path(cwd) / name, launcher=launcher, env=env)
+        proc = run_script(script, *args, *extra, device, cwd=Path(cwd) / name, launcher=launcher, env=env)
         runs[name] = read_scalars(single_run_dir(Path(cwd) / name))
     traced = {line.split("start tracing ")[1].split()[0] for line in proc.stderr.splitlines() if "start tracing " in line}
     assert set(compiled) <= traced, f"not compiled: {sorted(set(compiled) - traced)}; traced: {sorted(traced)}"

@@ -1,0 +1,152 @@
+# docs: docs/benchmark.md
+"""The GPU check: one command that, on a machine with a CUDA GPU, runs in at most --minutes (8 by default)
+1. the CUDA parity tests (tests/test_cuda.py): --compile --cudagraphs against the plain CUDA path, --amp on CUDA,
+   and a 1-process NCCL run of ppo_atari_multigpu.py;
+2. the GPU throughput table (benchmark/throughput.py --cuda: plain, compile+cudagraphs and with amp for the CNN
+   scripts, for the five scripts where a GPU matters most), which writes its rows as they finish;
+and writes everything to one folder:
+
+    <out>/machine.json          GPU, driver, torch and CUDA versions
+    <out>/<step>.log            each step's output
+    <out>/cuda-tests.xml        the tests' JUnit report
+    <out>/speed-gpu/            results.json and results.md of the throughput table
+    <out>/summary.md / .json    every step: command, exit code, seconds, time limit, and the last lines of its log
+
+Each step has its share of the time limit and is stopped when it overruns (the table keeps its finished rows).
+Without CUDA it refuses in one line before writing anything. Then `python benchmark/make_docs.py --throughput
+<out>/speed-gpu/results.json` puts the table on the benchmark page.
+
+Run:
+    python benchmark/gpu_check.py --out benchmark/results/gpu-check
+    python benchmark/gpu_check.py --dry-run
+"""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import tyro
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Args:
+    out: str = "benchmark/results/gpu-check"
+    """the folder for every result of the check (must not exist yet)"""
+    minutes: float = 8.0
+    """the time limit of the whole check; each step gets its share (tests 45%, throughput table 50%)"""
+    dry_run: bool = False
+    """if toggled, print the steps with their commands and time limits, and run nothing"""
+
+
+@dataclass
+class Step:
+    name: str
+    command: list[str]
+    seconds: float  # its time limit
+
+
+def fail(message: str) -> NoReturn:
+    raise SystemExit(f"error: {message}")
+
+
+def plan(out: Path, minutes: float) -> list[Step]:
+    total = minutes * 60
+    tests = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n", "0", "-q", "-rA",
+             "--junitxml", str(out / "cuda-tests.xml")]  # fmt: skip
+    table = [sys.executable, "benchmark/throughput.py", "--cuda", "--scripts", "ppo_atari", "ppo_continuous_action",
+             "sac_continuous_action", "td3_continuous_action", "dqn_atari", "--variants", "compile+cudagraphs",
+             "compile+cudagraphs+amp", "--no-sb3", "--rounds", "1", "--raw-seconds", "2", "--budget-scale", "0.5",
+             "--timeout", "120", "--out", str(out / "speed-gpu")]  # fmt: skip
+    return [Step("cuda-tests", tests, 0.45 * total), Step("throughput", table, 0.5 * total)]
+
+
+def run_step(step: Step, out: Path) -> dict:
+    """Run one step with its output in <out>/<name>.log; past its time limit its process group is stopped."""
+    log = out / f"{step.name}.log"
+    start = time.time()
+    with open(log, "w") as f:
+        f.write("$ " + shlex.join(step.command) + "\n")
+        f.flush()
+        proc = subprocess.Popen(step.command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code, note = proc.wait(timeout=step.seconds), ""
+        except subprocess.TimeoutExpired:
+            # SIGINT: pytest and the throughput tool stop their runs on KeyboardInterrupt (the tool's runs live in
+            # sessions of their own, which a signal to this group would not reach); the table's finished rows are
+            # already written
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            code, note = proc.returncode, f"stopped at its time limit of {step.seconds:.0f} s"
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    tail = log.read_text(errors="replace").splitlines()[-8:]
+    return {"step": step.name, "command": shlex.join(step.command), "exit_code": code, "seconds": round(time.time() - start, 1),
+            "limit_seconds": round(step.seconds), "note": note, "log": log.name, "tail": tail}  # fmt: skip
+
+
+def write_summary(out: Path, machine: dict, results: list[dict]) -> None:
+    (out / "summary.json").write_text(json.dumps({"machine": machine, "steps": results}, indent=2) + "\n")
+    lines = [f"GPU check on {machine.get('gpu', '?')}, torch {machine.get('torch', '?')}, CUDA {machine.get('cuda', '?')}", ""]
+    lines += ["| step | exit | seconds | limit | note | log |", "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['step']} | {r['exit_code']} | {r['seconds']} | {r['limit_seconds']} | {r['note']} | {r['log']} |")
+    for r in results:
+        lines += ["", f"{r['step']}: `{r['command']}`", "", "```", *r["tail"], "```"]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def machine() -> dict:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, check=False)
+    return {"gpu": f"{torch.cuda.device_count()} x {props.name} ({props.total_memory / 2**30:.0f} GiB)", "torch": torch.__version__,
+            "cuda": torch.version.cuda, "driver": smi.stdout.strip() or "unknown"}  # fmt: skip
+
+
+def main(args: Args) -> int:
+    out = Path(args.out).resolve()
+    if not args.minutes > 0:
+        fail(f"--minutes must be above 0, got {args.minutes}")
+    steps = plan(out, args.minutes)
+    if args.dry_run:
+        for s in steps:
+            print(f"{s.name} (at most {s.seconds:.0f} s): {shlex.join(s.command)}")
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        fail("no CUDA device (torch.cuda.is_available() is False): run the GPU check on a machine with an NVIDIA GPU")
+    if out.exists():
+        fail(f"{out} exists; give the check a new --out folder")
+    out.mkdir(parents=True)
+    info = machine()
+    (out / "machine.json").write_text(json.dumps(info, indent=2) + "\n")
+    results = []
+    for step in steps:
+        print(f"[{step.name}] at most {step.seconds:.0f} s: {shlex.join(step.command)}", flush=True)
+        results.append(run_step(step, out))
+        write_summary(out, info, results)  # after every step, so a check cut short keeps what it did
+        r = results[-1]
+        print(f"[{step.name}] exit {r['exit_code']} after {r['seconds']} s {r['note']}".rstrip(), flush=True)
+    print(f"wrote {out}/summary.md")
+    return 0 if all(r["exit_code"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(tyro.cli(Args)))

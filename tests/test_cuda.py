@@ -1,0 +1,65 @@
+"""CUDA parity, for a GPU machine: `--compile --cudagraphs` logs the losses of the plain CUDA path, `--amp` on CUDA
+stays close to float32 for the CNN scripts, and a 1-process NCCL run of ppo_atari_multigpu.py trains.
+
+Every test skips without CUDA (CI machines have none); `python benchmark/gpu_check.py` runs them on a GPU machine
+with the GPU throughput table, in about 8 minutes. The budgets are the CPU parity budgets of tests/test_compile.py.
+The tolerances have not been measured on a GPU yet: they are the CPU ones widened 10x for cuDNN's and cuBLAS's
+kernel choices (TF32 convolutions, other reduction orders); the first GPU run either confirms them or says by how
+much they must move.
+"""
+
+import math
+
+import pytest
+import torch
+
+from tests.helpers import assert_compile_parity, read_scalars, run_script, single_run_dir, values
+from tests.scripts import PPO_LOSSES, needs, standalone
+from tests.test_compile import CASES
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmark/gpu_check.py runs these on a GPU)"),
+]
+
+# the scripts the GPU matters most for: PPO (classic, MuJoCo, Atari), the Atari DQN, SAC and TD3
+CUDA_SCRIPTS = ("ppo.py", "ppo_continuous_action.py", "ppo_atari.py", "dqn_atari.py", "sac_continuous_action.py",
+                "td3_continuous_action.py")  # fmt: skip
+CUDA_CASES = [pytest.param(c.values[0], id=c.id, marks=c.marks) for c in CASES if c.values[0].script in CUDA_SCRIPTS]
+
+
+@pytest.mark.parametrize("case", CUDA_CASES)
+def test_compile_cudagraphs_logs_the_losses_of_the_plain_cuda_path(case, workdir):
+    assert_compile_parity(
+        case.script, list(case.args), workdir, list(case.compiled), rtol=10 * case.rtol, atol=10 * case.atol,
+        min_updates=case.min_updates, episodes_rtol=None, device="--cuda", flags=("--compile", "--cudagraphs"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case", [c for c in CUDA_CASES if c.values[0].amp is not None])
+def test_amp_on_cuda_stays_close_to_float32(case, workdir):
+    """bf16 autocast on CUDA: finite losses at the plain run's steps, the first update close, and moved."""
+    runs = {}
+    for name, extra in (("plain", []), ("amp", ["--amp"])):
+        (workdir / name).mkdir()
+        run_script(case.script, *case.args, *extra, "--cuda", cwd=workdir / name)
+        runs[name] = read_scalars(single_run_dir(workdir / name))
+    plain, amp = runs["plain"], runs["amp"]
+    for key in case.amp.keys:
+        assert [s for s, _ in amp[key]] == [s for s, _ in plain[key]], key
+        assert all(math.isfinite(v) for v in values(amp, key)), key
+        a, b = values(plain, key)[0], values(amp, key)[0]
+        assert abs(a - b) <= 10 * case.amp.atol + 2 * case.amp.rtol * abs(a), f"{key}: plain {a}, --amp {b}"
+    assert values(amp, case.amp.moved)[0] != values(plain, case.amp.moved)[0], "--amp changed nothing"
+
+
+@needs("atari")
+def test_one_process_nccl_run_trains(workdir):
+    proc = run_script(
+        "ppo_atari_multigpu.py", "--cuda", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2",
+        "--update-epochs", "1", "--total-timesteps", "192", cwd=workdir, launcher=standalone(1),
+    )  # fmt: skip
+    assert "on cuda:0 with nccl" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    scalars = read_scalars(single_run_dir(workdir))
+    for key in PPO_LOSSES:
+        assert len(values(scalars, key)) == 3 and all(math.isfinite(v) or key == "losses/explained_variance" for v in values(scalars, key)), key
