@@ -154,7 +154,7 @@ def results_block(res: ScriptResults, figures_url: str, page_url: str) -> str:
         out += [f"For context, not comparison (other budgets): the upstream CleanRL script published {quoted}.", ""]
     if res.missing:
         todo = ", ".join(f"`{e}` at {steps(b)} steps" for e, b in res.missing)
-        out += [f"Not run yet: {todo}. `python benchmark/suite.py --only {res.script}` runs it; see [the benchmark page]({page_url}).", ""]
+        out += [f"Not run yet: {todo}. `python benchmark/suite.py --only {res.script}` runs it ([how to reproduce]({page_url})).", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -185,7 +185,7 @@ def throughput_section(tp: Optional[dict]) -> str:
     m = tp["machine"]
     cores = int(re.match(r"\d+", m["cpu"])[0]) if re.match(r"\d+", m["cpu"]) else 0
     variants = tp["variants"]
-    head = ["script", "env", "plain SPS", *[f"{v} / plain" for v in variants], "plain / SB3", "plain / raw env"]
+    head = ["script", "plain SPS", *[f"{v} / plain" for v in variants], "plain / SB3", "plain / raw env"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     busy = False
     for row in tp["results"]:
@@ -199,10 +199,15 @@ def throughput_section(tp: Optional[dict]) -> str:
             return "-" if v is None else f"{v:.2f}"
 
         sps = row["sps"].get("plain")
-        cells = [f"`{row['script']}`{mark}", f"`{row['env_id']}`", "failed" if sps is None else f"{sps:,.0f}"]
+        cells = [f"`{row['script']}`{mark}", "failed" if sps is None else f"{sps:,.0f}"]
         cells += [ratio(f"{v}/plain") for v in variants] + [ratio("plain/sb3"), ratio("plain/raw")]
         lines.append("| " + " | ".join(cells) + " |")
-    note = f"\n\n\\* other work shared the CPU during this row (load above {cores} cores): its ratios are uncertain." if busy else ""
+    envs: dict[str, list[str]] = {}
+    for row in tp["results"]:
+        envs.setdefault(row["env_id"], []).append(f"`{row['script']}`")
+    note = "\n\nEnvironments: " + "; ".join(f"`{e}` for {', '.join(s)}" for e, s in envs.items()) + "."
+    if busy:
+        note += f"\n\n\\* other work shared the CPU during this row (load above {cores} cores): its ratios are uncertain."
     return (
         f"Measured {tp['started']} on {m['cpu']}, {m['gpu']}, torch {m['torch']}, one torch thread per trainer, "
         f"by `{tp['command'].strip()}`. Steps per second after warm-up, medians of alternated rounds; `X / plain` "
