@@ -123,6 +123,12 @@ def fmt(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:,.1f}"
 
 
+def published_cell(ref: tuple, env_id: str) -> str:
+    budget, mean, env, std = ref
+    text = f"{mean:,.1f}" + ("" if std is None else f" ± {std:,.1f}")
+    return text if env == env_id else f"{text} ({env})"
+
+
 def results_block(res: ScriptResults, figures_url: str, page_url: str) -> str:
     """Markdown for one script: heading, figure, table, the published figures, what is not run yet."""
     published = PUBLISHED.get(res.script, {})
@@ -139,13 +145,14 @@ def results_block(res: ScriptResults, figures_url: str, page_url: str) -> str:
             cells = [f"`{r['env_id']}`", budget, str(n), f"{fmt(r['mean'])}{std}"]
             if same:
                 ref = published.get(r["env_id"])
-                cells.append(f"{ref[1]:,.1f} ({ref[2]})" if ref and ref[0] == r["budget"] else "")
+                cells.append(published_cell(ref, r["env_id"]) if ref and ref[0] == r["budget"] else "")
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         if same:
             out += [
-                "The reference numbers are the upstream CleanRL script's published results (3 seeds, gymnasium 0.29, "
-                "on the environment versions in brackets).",
+                "The reference numbers are the upstream CleanRL script's published results (3 seeds, gymnasium 0.29; "
+                "in brackets the environment version it ran where it differs from ours). Its tools average the end of "
+                "a run in their own way, so read differences within a standard deviation as noise.",
                 "",
             ]
     context = {e: v for e, v in published.items() if not any(r["env_id"] == e and r["budget"] == v[0] for r in res.rows)}

@@ -71,18 +71,21 @@ SUITE = [
     Entry("ppg_procgen", ["starpilot"], 1_000_000, hours=8.0),
 ]
 
-# Published results of the reference CleanRL scripts (3 seeds, gymnasium 0.29): script -> our env id -> (budget,
-# final return, the env id they ran). Tables show them beside ours only where our budget is the same; results at
-# other budgets are quoted for context.
+# Published results of the reference CleanRL scripts (3 seeds, gymnasium 0.29; their docs): script -> our env id ->
+# (budget, final return, the env id they ran, std over seeds or None where not published). Tables show them beside
+# ours only where our budget is the same; results at other budgets are quoted for context.
 PUBLISHED = {
-    "ppo_continuous_action": {"HalfCheetah-v5": (1_000_000, 1442.6, "HalfCheetah-v4"), "Hopper-v5": (1_000_000, 2382.9, "Hopper-v4"), "Walker2d-v5": (1_000_000, 2288.0, "Walker2d-v4")},
-    "ddpg_continuous_action": {"Hopper-v5": (1_000_000, 1577.0, "Hopper-v4"), "HalfCheetah-v5": (1_000_000, 10374.0, "HalfCheetah-v4")},
-    "td3_continuous_action": {"Hopper-v5": (1_000_000, 3135.0, "Hopper-v4"), "HalfCheetah-v5": (1_000_000, 9583.0, "HalfCheetah-v4")},
-    "sac_continuous_action": {"Hopper-v5": (1_000_000, 2310.0, "Hopper-v4"), "HalfCheetah-v5": (1_000_000, 9635.0, "HalfCheetah-v4")},
-    "ppo_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 414.7, "BreakoutNoFrameskip-v4")},
-    "dqn_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 366.9, "BreakoutNoFrameskip-v4")},
-    "c51_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 461.9, "BreakoutNoFrameskip-v4")},
-    "ppg_procgen": {"starpilot": (25_000_000, 34.8, "starpilot (easy)")},
+    "ppo": {"CartPole-v1": (500_000, 490.04, "CartPole-v1", 6.12), "Acrobot-v1": (500_000, -86.36, "Acrobot-v1", 1.32), "MountainCar-v0": (500_000, -200.0, "MountainCar-v0", 0.0)},
+    "dqn": {"CartPole-v1": (500_000, 488.69, "CartPole-v1", 16.11), "Acrobot-v1": (500_000, -91.54, "Acrobot-v1", 7.20), "MountainCar-v0": (500_000, -194.95, "MountainCar-v0", 8.48)},
+    "c51": {"CartPole-v1": (500_000, 481.20, "CartPole-v1", 20.53), "Acrobot-v1": (500_000, -87.70, "Acrobot-v1", 5.52), "MountainCar-v0": (500_000, -166.38, "MountainCar-v0", 27.94)},
+    "ppo_continuous_action": {"HalfCheetah-v5": (1_000_000, 1442.6, "HalfCheetah-v4", None), "Hopper-v5": (1_000_000, 2382.9, "Hopper-v4", None), "Walker2d-v5": (1_000_000, 2288.0, "Walker2d-v4", None)},
+    "ddpg_continuous_action": {"Hopper-v5": (1_000_000, 1577.0, "Hopper-v4", None), "HalfCheetah-v5": (1_000_000, 10374.0, "HalfCheetah-v4", None)},
+    "td3_continuous_action": {"Hopper-v5": (1_000_000, 3135.0, "Hopper-v4", None), "HalfCheetah-v5": (1_000_000, 9583.0, "HalfCheetah-v4", None)},
+    "sac_continuous_action": {"Hopper-v5": (1_000_000, 2310.0, "Hopper-v4", None), "HalfCheetah-v5": (1_000_000, 9635.0, "HalfCheetah-v4", None)},
+    "ppo_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 414.7, "BreakoutNoFrameskip-v4", None)},
+    "dqn_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 366.9, "BreakoutNoFrameskip-v4", None)},
+    "c51_atari": {"BreakoutNoFrameskip-v4": (10_000_000, 461.9, "BreakoutNoFrameskip-v4", None)},
+    "ppg_procgen": {"starpilot": (25_000_000, 34.8, "starpilot (easy)", None)},
 }  # fmt: skip
 
 
