@@ -18,8 +18,8 @@ budget of each row and the 1-minute load average before and after every run).
 - SB3: benchmark/throughput_sb3_helpers.py run by the python of a SEPARATE virtual environment (Stable-Baselines3 is
   not a dependency of this project), with keyword arguments that mirror ours (SPECS); SPS by the same warm-up rule.
 - cleanrl: the upstream CleanRL script of the same name (a snapshot of github:vwxyzjn/cleanrl given by --cleanrl, never
-  copied into this project), run as its users run it: by the python of its own virtual environment (gymnasium 0.29.1,
-  numpy<2; --cleanrl-python), its default torch threads, --no-cuda unless --cuda, the snapshot's root as the only
+  copied into this project), run as its users run it (ppo_atari_multigpu.py under torchrun, as ours): by the python of
+  its own virtual environment (gymnasium 0.29.1, numpy<2; --cleanrl-python), its default torch threads, --no-cuda unless --cuda, the snapshot's root as the only
   PYTHONPATH (for cleanrl_utils), with the flags that do the same work as ours (SPECS `upstream`). Its charts/SPS
   counts from the process start (warm-up included), so its steady-state SPS is taken from the wall times of its
   charts/SPS events instead: (last step - first step) / (last wall time - first wall time), which starts after its
@@ -191,7 +191,10 @@ SPECS = {
         iteration=1024, iterations=3, nproc=2,
         ours=["--env-backend", "ale-vector", "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4",
               "--update-epochs", "4", "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
-        upstream_na="upstream ppo_atari_multigpu.py not wired up: torchrun with the ale_py launcher",
+        # upstream counts envs per rank (--local-num-envs); its all-reduce backend stays its default, gloo (ours: nccl
+        # on CUDA), and its ranks print a debug line per iteration
+        upstream=["--local-num-envs", "4", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
+                  "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
         raw="atari",  # one native vector env with all 8 envs: the env work of both ranks together
     ),
     "dqn": dict(
@@ -331,11 +334,11 @@ def setup_cleanrl_venv(path: str) -> None:
         fail(f"{venv} exists; remove it first or use it with --cleanrl-python {venv}/bin/python")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     # what upstream CleanRL's scripts need, at the versions they were written for (gymnasium 0.29 with its v4 MuJoCo
-    # envs, numpy 1, ale-py 0.9, which registers the Atari ids when imported), and our CPU torch pinned (see
+    # envs and imageio, numpy 1, ale-py 0.9, which registers the Atari ids when imported), and our CPU torch pinned (see
     # setup_sb3_venv); OpenCV below 4.12, whose wheels need numpy 2, for cleanrl_utils' Atari wrappers; rich for
     # its multi-GPU script
     torch_version = torch.__version__.split("+")[0]
-    packages = [f"torch=={torch_version}", "gymnasium==0.29.1", "numpy<2", "tyro", "tensorboard", "ale-py==0.9.0",
+    packages = [f"torch=={torch_version}", "gymnasium[mujoco]==0.29.1", "numpy<2", "tyro", "tensorboard", "ale-py==0.9.0",
                 "mujoco==2.3.3", "opencv-python-headless<4.12", "rich"]  # fmt: skip
     print(f"installing into {venv}: {' '.join(packages)}", flush=True)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages], check=True)
@@ -495,6 +498,8 @@ def run_cleanrl(spec: dict, steps: int, args: Args, python: str, root: Path, wor
     script = str(root / "cleanrl" / spec["script"])
     total, flags = cleanrl_argv(spec, steps, args.seed, args.cuda)
     launch = [python, "-c", ALE_LAUNCHER] if spec["family"] == "atari" else [python]
+    if spec.get("nproc"):  # torchrun starts the launcher itself (--no-python), once per rank
+        launch = [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={spec['nproc']}", "--no-python", *launch]  # fmt: skip
     env = run_env(args.cuda)
     env["PYTHONPATH"] = str(root)  # its cleanrl_utils, and nothing of ours
     result = run_process([*launch, script, *flags], work, env, args.timeout)

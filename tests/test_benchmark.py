@@ -534,13 +534,13 @@ def test_throughput_passes_flags_the_upstream_scripts_accept():
     # every upstream flag exists in the upstream script's Args and sets the same sizes as ours: one subprocess in the
     # upstream venv parses them all with the script's own Args (its training code does not run)
     names = [n for n in SPECS if "upstream" in SPECS[n]]
-    assert {n for n in SPECS if n not in names} == {"ppo_atari_multigpu", "ppg_procgen"}
+    assert {n for n in SPECS if n not in names} == {"ppg_procgen"}
     jobs = [(n, str(CLEANRL_SNAPSHOT / "cleanrl" / SPECS[n]["script"]), cleanrl_argv(SPECS[n], budget(SPECS[n], 1.0)[0], 1, False)[1]) for n in names]  # fmt: skip
     code = (
         "import json, runpy, sys, tyro\n"
         "for name, path, flags in json.loads(sys.argv[1]):\n"
         "    a = tyro.cli(runpy.run_path(path, run_name='upstream_args')['Args'], args=flags)\n"
-        "    print('ARGS', json.dumps(dict(name=name, env_id=a.env_id, total=a.total_timesteps, cuda=a.cuda, num_envs=getattr(a, 'num_envs', 1),\n"
+        "    print('ARGS', json.dumps(dict(name=name, env_id=a.env_id, total=a.total_timesteps, cuda=a.cuda, num_envs=getattr(a, 'local_num_envs', None) or getattr(a, 'num_envs', 1),\n"
         "          num_steps=getattr(a, 'num_steps', None), learning_starts=getattr(a, 'learning_starts', None))))\n"
     )
     proc = subprocess.run([str(CLEANRL_PYTHON), "-c", code, json.dumps(jobs)], env=dict(script_env(), PYTHONPATH=str(CLEANRL_SNAPSHOT)),
@@ -551,9 +551,10 @@ def test_throughput_passes_flags_the_upstream_scripts_accept():
     for name, a in parsed.items():
         spec = SPECS[name]
         steps = budget(spec, 1.0)[0]
-        assert a["env_id"] == spec.get("upstream_env_id", spec["env_id"]) and a["num_envs"] == spec["num_envs"] and not a["cuda"]
+        # the multi-process script counts envs per rank
+        assert a["env_id"] == spec.get("upstream_env_id", spec["env_id"]) and a["num_envs"] * spec.get("nproc", 1) == spec["num_envs"] and not a["cuda"]
         if "iteration" in spec:
-            assert a["total"] == steps and a["num_envs"] * a["num_steps"] == spec["iteration"]
+            assert a["total"] == steps and a["num_envs"] * spec.get("nproc", 1) * a["num_steps"] == spec["iteration"]
         else:  # one step more: its loop stops at total - 1
             assert a["total"] == steps + 1 and a["learning_starts"] == spec["learning_starts"]
 
