@@ -5,8 +5,8 @@ One invocation measures, for each script in --scripts, `rounds` alternating roun
     [plain, each speed-flag variant (--variants), Stable-Baselines3 (where SB3 has the algorithm), upstream CleanRL
      (with --cleanrl, where it has the script), raw env]
 so load noise on a shared machine hits every column alike, and reports medians over the rounds and the ratios
-variant/plain, ours/SB3, ours/CleanRL and ours/raw env, in results.json and results.md (with the machine, torch version, the
-budget of each row and the 1-minute load average before and after every run).
+variant/plain, ours/SB3, ours/CleanRL and ours/raw env, in results.json and results.md (with the machine, torch
+version, the budget of each row and the 1-minute load average before and after every run).
 - ours: `python cleanrl/<script>.py` (ppo_atari_multigpu.py: `python -m torch.distributed.run --standalone
   --nproc_per_node=2`, gloo on CPU) in a scratch working directory, with the hyperparameters that shape the work
   passed explicitly (SPECS); SPS = its last `charts/SPS`, which the scripts measure after a warm-up that holds the
@@ -19,8 +19,9 @@ budget of each row and the 1-minute load average before and after every run).
   not a dependency of this project), with keyword arguments that mirror ours (SPECS); SPS by the same warm-up rule.
 - cleanrl: the upstream CleanRL script of the same name (a snapshot of github:vwxyzjn/cleanrl given by --cleanrl, never
   copied into this project), run as its users run it (ppo_atari_multigpu.py under torchrun, as ours): by the python of
-  its own virtual environment (gymnasium 0.29.1, numpy<2; --cleanrl-python), its default torch threads, --no-cuda unless --cuda, the snapshot's root as the only
-  PYTHONPATH (for cleanrl_utils), with the flags that do the same work as ours (SPECS `upstream`). Its charts/SPS
+  its own virtual environment (gymnasium 0.29.1, numpy<2; --cleanrl-python), its default torch threads, --no-cuda
+  unless --cuda, the snapshot's root as the only PYTHONPATH (for cleanrl_utils), with the flags that do the same work
+  as ours (SPECS `upstream`); its Atari scripts after `import ale_py` (ALE_LAUNCHER). Its charts/SPS
   counts from the process start (warm-up included), so its steady-state SPS is taken from the wall times of its
   charts/SPS events instead: (last step - first step) / (last wall time - first wall time), which starts after its
   first iteration (on-policy) or 100 steps after its first update (off-policy), as ours does.
@@ -136,8 +137,8 @@ def fail(message: str) -> NoReturn:
 #   scripts step Python wrappers (cleanrl_utils.atari_wrappers) over gymnasium's SyncVectorEnv, ours ale-py's native
 #   vector env) and its DDPG has no --num-envs (always one env). Its DDPG and TD3 have one --learning-rate for actor
 #   and critic (ours: --policy-lr and --q-lr, both 3e-4 here).
-# - MuJoCo: HalfCheetah-v4 upstream (gymnasium 0.29 with mujoco 2.3 has no v5; the same model and observation, a
-#   different gymnasium code path).
+# - MuJoCo: HalfCheetah-v4 upstream (gymnasium 0.29 has no v5; the same model file and observation; v5 changed
+#   mostly the env's arguments and info keys).
 # - Off-policy: upstream loops global_step over range(total_timesteps) and logs charts/SPS at multiples of 100, so it
 #   gets total_timesteps + 1 (one env step more) to log the last step that ours logs (see run_cleanrl).
 PPO_MLP = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", ortho_init=True, optimizer_kwargs=dict(eps=1e-5))
