@@ -192,7 +192,11 @@ def throughput_section(tp: Optional[dict]) -> str:
     m = tp["machine"]
     cores = int(re.match(r"\d+", m["cpu"])[0]) if re.match(r"\d+", m["cpu"]) else 0
     variants = tp["variants"]
-    head = ["script", "plain SPS", *[f"{v} / plain" for v in variants], "plain / SB3", "plain / raw env"]
+    # the upstream CleanRL columns only in tables measured with --cleanrl
+    upstream = any("plain/cleanrl" in row["ratios"] for row in tp["results"])
+    head = ["script", "plain SPS", *[f"{v} / plain" for v in variants], "plain / SB3"]
+    head += ["plain / CleanRL", "plain / CleanRL (process)"] if upstream else []
+    head += ["plain / raw env"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     busy = False
     for row in tp["results"]:
@@ -207,7 +211,9 @@ def throughput_section(tp: Optional[dict]) -> str:
 
         sps = row["sps"].get("plain")
         cells = [f"`{row['script']}`{mark}", "failed" if sps is None else f"{sps:,.0f}"]
-        cells += [ratio(f"{v}/plain") for v in variants] + [ratio("plain/sb3"), ratio("plain/raw")]
+        cells += [ratio(f"{v}/plain") for v in variants] + [ratio("plain/sb3")]
+        cells += [ratio("plain/cleanrl"), ratio("plain/cleanrl (process)")] if upstream else []
+        cells += [ratio("plain/raw")]
         lines.append("| " + " | ".join(cells) + " |")
     envs: dict[str, list[str]] = {}
     for row in tp["results"]:
@@ -215,9 +221,19 @@ def throughput_section(tp: Optional[dict]) -> str:
     note = "\n\nEnvironments: " + "; ".join(f"`{e}` for {', '.join(s)}" for e, s in envs.items()) + "."
     if busy:
         note += f"\n\n\\* other work shared the CPU during this row (load above {cores} cores): its ratios are uncertain."
+    if upstream:
+        v = tp["cleanrl"]["versions"]
+        note += (
+            f"\n\n`plain / CleanRL`: ours against the upstream CleanRL script of the same name doing the same work, run as "
+            f"its users run it (its own virtual environment: gymnasium {v['gymnasium']}, numpy {v['numpy']}, torch "
+            f"{v['torch']}; its default torch threads; HalfCheetah-v4 where ours runs v5), by the same steady-state rule "
+            "(from the wall times of its logged SPS); `(process)`: env steps over the seconds of the whole process, "
+            "start-up and warm-up included, as a user waiting for a run sees it."
+        )
     return (
-        f"Measured {tp['started']} on {m['cpu']}, {m['gpu']}, torch {m['torch']}, one torch thread per trainer, "
-        f"by `{tp['command'].strip()}`. Steps per second after warm-up, medians of alternated rounds; `X / plain` "
+        f"Measured {tp['started']} on {m['cpu']}, {m['gpu']}, torch {m['torch']}, one torch thread per trainer"
+        + (" of ours and SB3, " if upstream else ", ")
+        + f"by `{tp['command'].strip()}`. Steps per second after warm-up, medians of alternated rounds; `X / plain` "
         "is the speed-up of a flag, `plain / SB3` ours against Stable-Baselines3 doing the same work (above 1: ours is "
         "faster; `-`: SB3 has no such algorithm), `plain / raw env` the share of the environment's own speed that "
         f"training reaches.\n\n" + "\n".join(lines) + note + "\n\nEvery run, with its budget and load: "

@@ -2,10 +2,11 @@
 """Training throughput of every script, plain and with its speed flags, next to Stable-Baselines3 and the raw env.
 
 One invocation measures, for each script in --scripts, `rounds` alternating rounds of
-    [plain, each speed-flag variant (--variants), Stable-Baselines3 (where SB3 has the algorithm), raw env]
+    [plain, each speed-flag variant (--variants), Stable-Baselines3 (where SB3 has the algorithm), upstream CleanRL
+     (with --cleanrl, where it has the script), raw env]
 so load noise on a shared machine hits every column alike, and reports medians over the rounds and the ratios
-variant/plain, ours/SB3 and ours/raw env, in results.json and results.md (with the machine, torch version, the
-budget of each row and the 1-minute load average before and after every run).
+variant/plain, ours/SB3, ours/CleanRL and ours/raw env, in results.json and results.md (with the machine, torch
+version, the budget of each row and the 1-minute load average before and after every run).
 - ours: `python cleanrl/<script>.py` (ppo_atari_multigpu.py: `python -m torch.distributed.run --standalone
   --nproc_per_node=2`, gloo on CPU) in a scratch working directory, with the hyperparameters that shape the work
   passed explicitly (SPECS); SPS = its last `charts/SPS`, which the scripts measure after a warm-up that holds the
@@ -16,18 +17,31 @@ budget of each row and the 1-minute load average before and after every run).
   reported with its exit code, error line and log, the table goes on, and the tool exits 1 at the end.
 - SB3: benchmark/throughput_sb3_helpers.py run by the python of a SEPARATE virtual environment (Stable-Baselines3 is
   not a dependency of this project), with keyword arguments that mirror ours (SPECS); SPS by the same warm-up rule.
+- cleanrl: the upstream CleanRL script of the same name (a snapshot of github:vwxyzjn/cleanrl given by --cleanrl, never
+  copied into this project), run as its users run it (ppo_atari_multigpu.py under torchrun, as ours): by the python of
+  its own virtual environment (gymnasium 0.29.1, numpy<2; --cleanrl-python), its default torch threads, --no-cuda
+  unless --cuda, the snapshot's root as the only PYTHONPATH (for cleanrl_utils), with the flags that do the same work
+  as ours (SPECS `upstream`); its Atari scripts after `import ale_py` (ALE_LAUNCHER). Its charts/SPS
+  counts from the process start (warm-up included), so its steady-state SPS is taken from the wall times of its
+  charts/SPS events instead: (last step - first step) / (last wall time - first wall time), which starts after its
+  first iteration (on-policy) or 100 steps after its first update (off-policy), as ours does.
+- process SPS (every trainer run): the run's env steps / the seconds of its whole process, start-up and warm-up
+  included: the speed a user waiting for the run sees.
 - raw env: benchmark/throughput_raw_env.py: the script's vector env (SyncVectorEnv for classic control and MuJoCo,
   ale-py's native AtariVectorEnv for Atari, envpool for Procgen) with the script's number of envs, random actions,
   no learning, for --raw-seconds: the ceiling for any trainer's SPS with that env.
-On CPU every trainer uses one torch thread (the scripts and the SB3 helper set it).
+On CPU our scripts and the SB3 helper use one torch thread (they set it); upstream CleanRL keeps torch's default.
 
 Set up the SB3 environment once (the CPU torch wheel pinned, so pip does not pull a CUDA build; ale-py and OpenCV
 for SB3's Atari wrappers, neither depends on torch):
     python benchmark/throughput.py --setup-sb3-venv benchmark/results/.venv-sb3
+and the upstream CleanRL one (gymnasium 0.29.1, numpy<2, ale-py 0.9, mujoco 2.3.3, the same CPU torch):
+    python benchmark/throughput.py --setup-cleanrl-venv benchmark/results/.venv-cleanrl
 
 Run:
     python benchmark/throughput.py                                   # the whole CPU table (about 35 min idle)
     python benchmark/throughput.py --scripts ppo dqn --rounds 1      # a part of it
+    python benchmark/throughput.py --cleanrl ~/src/cleanrl           # with upstream CleanRL (its repository root)
     python benchmark/throughput.py --cuda --scripts ppo_atari ppo_continuous_action sac_continuous_action \
         td3_continuous_action dqn_atari --variants compile+cudagraphs compile+cudagraphs+amp --no-sb3 --rounds 1 \
         --raw-seconds 2 --timeout 200 --out benchmark/results/speed-gpu     # the GPU table
@@ -77,6 +91,13 @@ class Args:
     """the python of the virtual environment that has stable-baselines3"""
     setup_sb3_venv: Optional[str] = None
     """if set, create a virtual environment with stable-baselines3 at this path, and exit"""
+    cleanrl: Optional[str] = None
+    """a snapshot of upstream CleanRL (github:vwxyzjn/cleanrl): its repository root, or its cleanrl/ folder with
+    cleanrl_utils/ beside it; None leaves the cleanrl column out"""
+    cleanrl_python: str = "benchmark/results/.venv-cleanrl/bin/python"
+    """the python of the virtual environment that runs the upstream CleanRL scripts"""
+    setup_cleanrl_venv: Optional[str] = None
+    """if set, create a virtual environment for the upstream CleanRL scripts at this path, and exit"""
     out: str = "benchmark/results/speed"
     """the folder for results.json, results.md and the scratch runs (work/<script>/<run>/round<k>/)"""
     timeout: float = 900
@@ -109,6 +130,17 @@ def fail(message: str) -> NoReturn:
 #   (it has no policy delay) where ours does every 2nd, so SB3 does more work there; SB3 uses one learning rate
 #   for actor and critic (noted per spec).
 # - No SB3 counterpart: C51 (classic and Atari), PPG, and multi-process PPO.
+# `upstream` are the flags of the upstream CleanRL script of the same name that do the same work (its defaults are
+# not relied on either); `upstream_env_id` where its gymnasium 0.29 lacks our env id; `upstream_na` why there is no
+# upstream column. Mapping notes:
+# - Same flag names and the same hyperparameters as ours throughout; upstream CleanRL has no --env-backend (its Atari
+#   scripts step Python wrappers (cleanrl_utils.atari_wrappers) over gymnasium's SyncVectorEnv, ours ale-py's native
+#   vector env) and its DDPG has no --num-envs (always one env). Its DDPG and TD3 have one --learning-rate for actor
+#   and critic (ours: --policy-lr and --q-lr, both 3e-4 here).
+# - MuJoCo: HalfCheetah-v4 upstream (gymnasium 0.29 has no v5; the same model file and observation; v5 changed
+#   mostly the env's arguments and info keys).
+# - Off-policy: upstream loops global_step over range(total_timesteps) and logs charts/SPS at multiples of 100, so it
+#   gets total_timesteps + 1 (one env step more) to log the last step that ours logs (see run_cleanrl).
 PPO_MLP = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", ortho_init=True, optimizer_kwargs=dict(eps=1e-5))
 OFF_POLICY_CONTINUOUS = ["--num-envs", "1", "--batch-size", "256", "--buffer-size", "100000", "--tau", "0.005"]
 SPECS = {
@@ -121,6 +153,8 @@ SPECS = {
             clip_range=0.2, clip_range_vf=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, normalize_advantage=True,
             policy_kwargs=PPO_MLP,
         )),
+        upstream=["--num-envs", "4", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
+                  "--learning-rate", "2.5e-4", "--anneal-lr", "--ent-coef", "0.01", "--clip-coef", "0.2", "--clip-vloss"],
         raw="sync",
     ),
     "ppo_continuous_action": dict(
@@ -134,6 +168,9 @@ SPECS = {
             policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0,
                                optimizer_kwargs=dict(eps=1e-5)),
         )),
+        upstream=["--num-envs", "1", "--num-steps", "2048", "--num-minibatches", "32", "--update-epochs", "10",
+                  "--learning-rate", "3e-4", "--anneal-lr", "--ent-coef", "0.0", "--clip-vloss"],
+        upstream_env_id="HalfCheetah-v4",
         raw="sync",
     ),
     "ppo_atari": dict(
@@ -146,6 +183,8 @@ SPECS = {
             clip_range=0.1, clip_range_vf=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
             policy_kwargs=dict(optimizer_kwargs=dict(eps=1e-5)),
         )),
+        upstream=["--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
+                  "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
         raw="atari",
     ),
     "ppo_atari_multigpu": dict(
@@ -153,6 +192,10 @@ SPECS = {
         iteration=1024, iterations=3, nproc=2,
         ours=["--env-backend", "ale-vector", "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4",
               "--update-epochs", "4", "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
+        # upstream counts envs per rank (--local-num-envs); its all-reduce backend stays its default, gloo (ours: nccl
+        # on CUDA), and its ranks print a debug line per iteration
+        upstream=["--local-num-envs", "4", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
+                  "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
         raw="atari",  # one native vector env with all 8 envs: the env work of both ranks together
     ),
     "dqn": dict(
@@ -166,12 +209,17 @@ SPECS = {
             exploration_initial_eps=1.0, exploration_final_eps=0.05, max_grad_norm=1e9,
             policy_kwargs=dict(net_arch=[120, 84], activation_fn="relu"),
         )),
+        upstream=["--num-envs", "1", "--buffer-size", "10000", "--learning-rate", "2.5e-4", "--batch-size", "128",
+                  "--train-frequency", "10", "--target-network-frequency", "500", "--tau", "1.0",
+                  "--exploration-fraction", "0.5", "--start-e", "1.0", "--end-e", "0.05"],
         raw="sync",
     ),
     "c51": dict(
         script="c51.py", env_id="CartPole-v1", family="classic", num_envs=1, learning_starts=1000, measured=12000,
         ours=["--num-envs", "1", "--buffer-size", "10000", "--learning-rate", "2.5e-4", "--batch-size", "128",
               "--train-frequency", "10", "--target-network-frequency", "500", "--n-atoms", "101"],
+        upstream=["--num-envs", "1", "--buffer-size", "10000", "--learning-rate", "2.5e-4", "--batch-size", "128",
+                  "--train-frequency", "10", "--target-network-frequency", "500", "--n-atoms", "101"],
         raw="sync",
     ),
     "dqn_atari": dict(
@@ -184,6 +232,8 @@ SPECS = {
             target_update_interval=1000, tau=1.0, gamma=0.99, exploration_fraction=0.1, exploration_initial_eps=1.0,
             exploration_final_eps=0.01, max_grad_norm=1e9,
         )),
+        upstream=["--num-envs", "1", "--buffer-size", "10000", "--learning-rate", "1e-4", "--batch-size", "32",
+                  "--train-frequency", "4", "--target-network-frequency", "1000"],
         raw="atari",
     ),
     "c51_atari": dict(
@@ -191,6 +241,8 @@ SPECS = {
         learning_starts=1000, measured=2000,
         ours=["--env-backend", "ale-vector", "--num-envs", "1", "--buffer-size", "10000", "--batch-size", "32",
               "--train-frequency", "4", "--target-network-frequency", "1000"],
+        upstream=["--num-envs", "1", "--buffer-size", "10000", "--batch-size", "32", "--train-frequency", "4",
+                  "--target-network-frequency", "1000"],
         raw="atari",
     ),
     "ddpg_continuous_action": dict(
@@ -203,6 +255,9 @@ SPECS = {
             train_freq=1, gradient_steps=1, action_noise_std=0.1,
             policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
         )),
+        upstream=["--batch-size", "256", "--buffer-size", "100000", "--tau", "0.005", "--learning-rate", "3e-4",
+                  "--exploration-noise", "0.1", "--policy-frequency", "2"],
+        upstream_env_id="HalfCheetah-v4",
         raw="sync",
     ),
     "td3_continuous_action": dict(
@@ -215,6 +270,9 @@ SPECS = {
             train_freq=1, gradient_steps=1, action_noise_std=0.1, policy_delay=2, target_policy_noise=0.2,
             target_noise_clip=0.5, policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
         )),
+        upstream=[*OFF_POLICY_CONTINUOUS, "--learning-rate", "3e-4", "--exploration-noise", "0.1", "--policy-frequency", "2",
+                  "--policy-noise", "0.2", "--noise-clip", "0.5"],
+        upstream_env_id="HalfCheetah-v4",
         raw="sync",
     ),
     "sac_continuous_action": dict(
@@ -229,6 +287,9 @@ SPECS = {
             train_freq=1, gradient_steps=1, ent_coef="auto",
             policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
         )),
+        upstream=[*OFF_POLICY_CONTINUOUS, "--autotune", "--policy-lr", "3e-4", "--q-lr", "1e-3", "--policy-frequency", "2",
+                  "--target-network-frequency", "1"],
+        upstream_env_id="HalfCheetah-v4",
         raw="sync",
     ),
     "ppg_procgen": dict(
@@ -239,6 +300,7 @@ SPECS = {
         # phase), which would take hours per phase on a 2-core CPU
         ours=["--num-envs", "8", "--num-steps", "64", "--num-minibatches", "4", "--n-iteration", "2",
               "--e-auxiliary", "1", "--num-aux-rollouts", "4"],
+        upstream_na="upstream ppg_procgen.py needs procgen, which does not install on Python 3.11",
         raw="procgen",
     ),
 }  # fmt: skip
@@ -263,6 +325,44 @@ def setup_sb3_venv(path: str) -> None:
     print(f"installing into {venv}: {' '.join(packages)}", flush=True)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages], check=True)
     print(f"done; use it with --sb3-python {venv}/bin/python", flush=True)
+
+
+def setup_cleanrl_venv(path: str) -> None:
+    import torch
+
+    venv = Path(path)
+    if venv.exists():
+        fail(f"{venv} exists; remove it first or use it with --cleanrl-python {venv}/bin/python")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # what upstream CleanRL's scripts need, at the versions they were written for (gymnasium 0.29 with its v4 MuJoCo
+    # envs and imageio, numpy 1, ale-py 0.9, which registers the Atari ids when imported), and our CPU torch pinned (see
+    # setup_sb3_venv); OpenCV below 4.12, whose wheels need numpy 2, for cleanrl_utils' Atari wrappers; rich for
+    # its multi-GPU script
+    torch_version = torch.__version__.split("+")[0]
+    packages = [f"torch=={torch_version}", "gymnasium[mujoco]==0.29.1", "numpy<2", "tyro", "tensorboard", "ale-py==0.9.0",
+                "mujoco==2.3.3", "opencv-python-headless<4.12", "rich"]  # fmt: skip
+    print(f"installing into {venv}: {' '.join(packages)}", flush=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages], check=True)
+    print(f"done; use it with --cleanrl-python {venv}/bin/python", flush=True)
+
+
+def read_scalar_events(run_dir: Path, tag: str) -> list[tuple[int, float, float]]:
+    """(step, wall time, value) of every event of one scalar tag in the run's event files, in logged order."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    if tag not in acc.Tags()["scalars"]:
+        return []
+    return [(e.step, e.wall_time, e.value) for e in acc.Scalars(tag)]
+
+
+def steady_sps(events: list[tuple[int, float, float]]) -> Optional[float]:
+    """Env steps per second between the first and the last logged event, from their steps and wall times; None
+    with fewer than two events at distinct times."""
+    if len(events) < 2 or events[-1][1] <= events[0][1]:
+        return None
+    return (events[-1][0] - events[0][0]) / (events[-1][1] - events[0][1])
 
 
 def read_last_scalar(run_dir: Path, tag: str) -> Optional[float]:
@@ -317,7 +417,7 @@ def run_process(cmd: list[str], cwd: Path, env: dict, timeout: float) -> dict:
     log = cwd / "log.txt"
     start = time.time()
     with open(log, "w") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
+        f.write("$ " + (f"PYTHONPATH={env['PYTHONPATH']} " if "PYTHONPATH" in env else "") + " ".join(cmd) + "\n")
         f.flush()
         # a session of its own, so a timeout also stops torchrun's workers
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
@@ -360,14 +460,62 @@ def run_ours(spec: dict, steps: int, flags: list[str], args: Args, work: Path) -
     result = run_process(cmd, work, run_env(args.cuda), args.timeout)
     if "error" in result:
         return result
+    result["process_sps"] = steps / result["process_seconds"]
+    run_dir = the_run_dir(work)
+    if isinstance(run_dir, str):
+        return dict(result, error=run_dir)
+    sps = read_last_scalar(run_dir, "charts/SPS")
+    if sps is None:
+        return dict(result, error=f"{run_dir} has no charts/SPS: the budget ends before any measured step")
+    return dict(result, sps=sps)
+
+
+def the_run_dir(work: Path):
+    """The one run directory with an event file under work/runs, or why there is not exactly one."""
     runs = work / "runs"
     run_dirs = [p for p in runs.rglob("*") if p.is_dir() and any(p.glob("events.out.tfevents.*"))] if runs.is_dir() else []
     if len(run_dirs) != 1:
-        return dict(result, error=f"expected one run directory with an event file in {runs}, found {len(run_dirs)}")
-    sps = read_last_scalar(run_dirs[0], "charts/SPS")
+        return f"expected one run directory with an event file in {runs}, found {len(run_dirs)}"
+    return run_dirs[0]
+
+
+# runs an upstream Atari script after `import ale_py`, which registers the Atari env ids with gymnasium 0.29
+# (upstream pins ale-py 0.8 with AutoROM, which registered them itself); argv: the script path, then its flags
+ALE_LAUNCHER = "import runpy, sys; import ale_py; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+def cleanrl_argv(spec: dict, steps: int, seed: int, cuda: bool) -> tuple[int, list[str]]:
+    """The env steps and the flags of the upstream CleanRL script's run."""
+    # off-policy: its last step is total_timesteps - 1 (see the SPECS notes); one more reaches our last logged step
+    total = steps + 1 if "learning_starts" in spec else steps
+    starts = ["--learning-starts", str(spec["learning_starts"])] if "learning_starts" in spec else []
+    flags = ["--env-id", spec.get("upstream_env_id", spec["env_id"]), "--seed", str(seed), "--total-timesteps", str(total),
+             "--cuda" if cuda else "--no-cuda", *starts, *spec["upstream"]]  # fmt: skip
+    return total, flags
+
+
+def run_cleanrl(spec: dict, steps: int, args: Args, python: str, root: Path, work: Path) -> dict:
+    """One run of the upstream CleanRL script as its users run it; SPS from its charts/SPS events' wall times."""
+    script = str(root / "cleanrl" / spec["script"])
+    total, flags = cleanrl_argv(spec, steps, args.seed, args.cuda)
+    launch = [python, "-c", ALE_LAUNCHER] if spec["family"] == "atari" else [python]
+    if spec.get("nproc"):  # torchrun starts the launcher itself (--no-python), once per rank
+        launch = [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={spec['nproc']}", "--no-python", *launch]  # fmt: skip
+    env = run_env(args.cuda)
+    env["PYTHONPATH"] = str(root)  # its cleanrl_utils, and nothing of ours
+    result = run_process([*launch, script, *flags], work, env, args.timeout)
+    if "error" in result:
+        return result
+    result.update(total_timesteps=total, process_sps=total / result["process_seconds"])
+    run_dir = the_run_dir(work)
+    if isinstance(run_dir, str):
+        return dict(result, error=run_dir)
+    events = read_scalar_events(run_dir, "charts/SPS")
+    sps = steady_sps(events)
     if sps is None:
-        return dict(result, error=f"{run_dirs[0]} has no charts/SPS: the budget ends before any measured step")
-    return dict(result, sps=sps)
+        return dict(result, error=f"{run_dir} has {len(events)} charts/SPS event(s): too few for a steady-state SPS (raise --budget-scale)")
+    # its own charts/SPS, over the whole process since its start, for reference
+    return dict(result, sps=sps, logged_sps=events[-1][2])
 
 
 def run_sb3(spec: dict, steps: int, args: Args, sb3_python: str, work: Path) -> dict:
@@ -383,7 +531,7 @@ def run_sb3(spec: dict, steps: int, args: Args, sb3_python: str, work: Path) -> 
     if not lines:
         return dict(result, error=f"the SB3 run printed no THROUGHPUT line (log {work / 'log.txt'})")
     out = json.loads(lines[-1][len("THROUGHPUT ") :])
-    return dict(result, sps=out["sps"], learn_sps=out["learn_sps"], versions=out["versions"])
+    return dict(result, sps=out["sps"], learn_sps=out["learn_sps"], versions=out["versions"], process_sps=steps / result["process_seconds"])
 
 
 def run_raw(spec: dict, args: Args, work: Path) -> dict:
@@ -415,28 +563,45 @@ def machine_description() -> dict:
     return dict(cpu=f"{os.cpu_count()} CPU cores ({cpu})", gpu=gpu, python=platform.python_version(), torch=torch.__version__)
 
 
+def venv_versions(python: Path) -> dict:
+    """The versions of the packages that shape a run, in another virtual environment."""
+    code = "import json, gymnasium, numpy, torch; print(json.dumps(dict(gymnasium=gymnasium.__version__, numpy=numpy.__version__, torch=torch.__version__)))"
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=""))
+    if proc.returncode != 0:
+        fail(f"{python} cannot import gymnasium, numpy and torch: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(proc.stdout)
+
+
 def columns(variants: list[str]) -> list[str]:
     """The labels of one row's measurements, in the order they run in a round."""
-    return ["plain", *variants, "sb3", "raw"]
+    return ["plain", *variants, "sb3", "cleanrl", "raw"]
 
 
 def summarize(row: dict) -> None:
-    """Medians over the rounds of each column, and the ratios, into the row."""
-    medians = {}
-    for label in row["columns"]:
-        values = [r["sps"] for r in row["runs"] if r["label"] == label and "sps" in r]
-        if values:
-            medians[label] = statistics.median(values)
+    """Medians over the rounds of each column (steady-state SPS and process SPS), and the ratios, into the row."""
+
+    def medians(key: str) -> dict:
+        out = {}
+        for label in row["columns"]:
+            values = [r[key] for r in row["runs"] if r["label"] == label and key in r and "error" not in r]
+            if values:
+                out[label] = statistics.median(values)
+        return out
+
+    sps, process = medians("sps"), medians("process_sps")
     ratios = {}
     ours = ["plain", *row["variants"]]
     for v in row["variants"]:
-        if v in medians and "plain" in medians:
-            ratios[f"{v}/plain"] = medians[v] / medians["plain"]
+        if v in sps and "plain" in sps:
+            ratios[f"{v}/plain"] = sps[v] / sps["plain"]
     for o in ours:
-        for other in ("sb3", "raw"):
-            if o in medians and other in medians:
-                ratios[f"{o}/{other}"] = medians[o] / medians[other]
-    row["sps"], row["ratios"] = medians, ratios
+        for other in ("sb3", "cleanrl", "raw"):
+            if o in sps and other in sps:
+                ratios[f"{o}/{other}"] = sps[o] / sps[other]
+        for other in ("sb3", "cleanrl"):
+            if o in process and other in process:
+                ratios[f"{o}/{other} (process)"] = process[o] / process[other]
+    row["sps"], row["process_sps"], row["ratios"] = sps, process, ratios
 
 
 def cell(row: dict, label: str) -> str:
@@ -453,14 +618,16 @@ def markdown(results: list[dict], variants: list[str]) -> str:
     head = ["script", "env (envs)", "budget per run", "rounds", "plain SPS"]
     for v in variants:
         head += [f"{v} SPS", f"{v} / plain"]
-    head += ["SB3 SPS", *[f"{o} / SB3" for o in ["plain", *variants]], "raw env SPS", *[f"{o} / raw" for o in ["plain", *variants]]]
-    head += ["load before → after"]
+    head += ["SB3 SPS", *[f"{o} / SB3" for o in ["plain", *variants]]]
+    head += ["CleanRL SPS", "plain / CleanRL", "plain / CleanRL (process)"]
+    head += ["raw env SPS", *[f"{o} / raw" for o in ["plain", *variants]], "load before → after"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in results:
         cells = [row["script"], f"{row['env_id']} ({row['num_envs']})", f"{row['total_timesteps']}: {row['budget']}", str(row["rounds"]), cell(row, "plain")]
         for v in variants:
             cells += [cell(row, v), ratio(row, f"{v}/plain")]
         cells += [cell(row, "sb3"), *[ratio(row, f"{o}/sb3") for o in ["plain", *variants]]]
+        cells += [cell(row, "cleanrl"), ratio(row, "plain/cleanrl"), ratio(row, "plain/cleanrl (process)")]
         cells += [cell(row, "raw"), *[ratio(row, f"{o}/raw") for o in ["plain", *variants]]]
         loads = [x for r in row["runs"] for x in (r["load_before"], r["load_after"])]
         cells.append(f"{min(loads):.1f} to {max(loads):.1f}" if loads else "-")
@@ -469,15 +636,18 @@ def markdown(results: list[dict], variants: list[str]) -> str:
 
 
 def runs_markdown(results: list[dict]) -> str:
-    lines = ["| script | round | run | SPS | process s | load before | load after | note |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| script | round | run | SPS | process s | process SPS | load before | load after | note |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in results:
         for r in row["runs"]:
             sps = f"{r['sps']:.0f}" if "sps" in r else "failed"
+            process = f"{r['process_sps']:.0f}" if "process_sps" in r else "-"
             note = r.get("error", "")
             if "learn_sps" in r:
                 note = f"SB3 over the whole learn(): {r['learn_sps']:.0f} SPS"
+            if "logged_sps" in r:
+                note = f"upstream {row.get('cleanrl_env_id', row['env_id'])}, {r['total_timesteps']} steps; its own charts/SPS (from its start): {r['logged_sps']:.0f}"
             lines.append(
-                f"| {row['script']} | {r['round']} | {r['label']} | {sps} | {r['process_seconds']:.1f} | "
+                f"| {row['script']} | {r['round']} | {r['label']} | {sps} | {r['process_seconds']:.1f} | {process} | "
                 f"{r['load_before']:.2f} | {r['load_after']:.2f} | {note.replace('|', '/')} |"
             )
     return "\n".join(lines)
@@ -494,11 +664,15 @@ def write(out: Path, header: dict, results: list[dict], variants: list[str]) -> 
         f"Machine: {m['cpu']}, {m['gpu']}; Python {m['python']}, torch {m['torch']}"
         + (f", Stable-Baselines3 {sb3}" if sb3 else "")
         + f"; device {'cuda' if header['cuda'] else 'cpu'}.",
+        *([f"Upstream CleanRL: the snapshot at {c['path']}, run by {c['python']} (gymnasium {c['versions']['gymnasium']}, "
+           f"numpy {c['versions']['numpy']}, torch {c['versions']['torch']})."] if (c := header.get("cleanrl")) else []),
         f"Started {header['started']}, finished {payload['finished']}.",
         "",
         "SPS: median over the rounds. Ours: the script's last `charts/SPS` (after its warm-up); SB3: by the same "
-        "warm-up rule; raw env: the vector env alone with random actions. Load: the 1-minute load average "
-        f"before and after each run of the row, on {os.cpu_count()} cores.",
+        "warm-up rule; CleanRL: the upstream script (its own venv, default torch threads), from the wall times of its "
+        "`charts/SPS` events (after its first iteration or update); raw env: the vector env alone with random actions. "
+        "Process SPS: env steps / seconds of the whole process (start-up and warm-up included). Load: the 1-minute "
+        f"load average before and after each run of the row, on {os.cpu_count()} cores.",
         "",
         markdown(results, variants),
         "",
@@ -510,8 +684,9 @@ def write(out: Path, header: dict, results: list[dict], variants: list[str]) -> 
     (out / "results.md").write_text("\n".join(text))
 
 
-def check(args: Args) -> Optional[Path]:
-    """Checks the input before any run or result folder exists; returns the SB3 python if SB3 runs."""
+def check(args: Args) -> tuple[Optional[Path], Optional[tuple[Path, Path]]]:
+    """Checks the input before any run or result folder exists; returns the SB3 python if SB3 runs, and the upstream
+    CleanRL python and repository root if CleanRL runs."""
     unknown = [s for s in args.scripts if s not in SPECS]
     if unknown:
         fail(f"unknown --scripts {unknown}; choose from {', '.join(SPECS)}")
@@ -532,21 +707,46 @@ def check(args: Args) -> Optional[Path]:
         fail(f"--budget-scale must be positive, got {args.budget_scale}")
     if not args.raw_seconds > 0:
         fail(f"--raw-seconds must be positive, got {args.raw_seconds}")
-    if not (args.sb3 and any("sb3" in SPECS[s] for s in args.scripts)):
-        return None
-    # absolute (each run starts in its own directory) but not resolved: the venv's python is a symlink that must
-    # keep its venv path to find the venv's packages
-    sb3_python = Path(args.sb3_python).absolute()
-    if not sb3_python.is_file():
-        fail(f"no Stable-Baselines3 python at {sb3_python}; create it with: python benchmark/throughput.py --setup-sb3-venv {sb3_python.parent.parent} (or add --no-sb3)")
-    return sb3_python
+    sb3_python = None
+    if args.sb3 and any("sb3" in SPECS[s] for s in args.scripts):
+        # absolute (each run starts in its own directory) but not resolved: the venv's python is a symlink that must
+        # keep its venv path to find the venv's packages
+        sb3_python = Path(args.sb3_python).absolute()
+        if not sb3_python.is_file():
+            fail(f"no Stable-Baselines3 python at {sb3_python}; create it with: python benchmark/throughput.py --setup-sb3-venv {sb3_python.parent.parent} (or add --no-sb3)")
+    if args.cleanrl is None:
+        return sb3_python, None
+    root = cleanrl_root(Path(args.cleanrl).absolute())
+    upstream = [s for s in args.scripts if "upstream" in SPECS[s]]
+    missing = [s for s in upstream if not (root / "cleanrl" / SPECS[s]["script"]).is_file()]
+    if missing:
+        fail(f"--cleanrl {args.cleanrl} has no cleanrl/{SPECS[missing[0]]['script']} (--scripts {' '.join(missing)})")
+    if not upstream:
+        return sb3_python, None
+    cleanrl_python = Path(args.cleanrl_python).absolute()
+    if not cleanrl_python.is_file():
+        fail(f"no upstream CleanRL python at {cleanrl_python}; create it with: python benchmark/throughput.py --setup-cleanrl-venv {cleanrl_python.parent.parent} (or leave out --cleanrl)")
+    return sb3_python, (cleanrl_python, root)
+
+
+def cleanrl_root(path: Path) -> Path:
+    """The repository root of an upstream CleanRL snapshot given as its root or as its cleanrl/ folder."""
+    if not path.exists():
+        fail(f"--cleanrl {path} does not exist")
+    for root in (path, path.parent):
+        if (root / "cleanrl").is_dir() and (root / "cleanrl_utils").is_dir():
+            return root
+    fail(f"--cleanrl {path} is not an upstream CleanRL snapshot: neither it nor its parent holds cleanrl/ and cleanrl_utils/")
 
 
 def main(args: Args) -> None:
     if args.setup_sb3_venv:
         setup_sb3_venv(args.setup_sb3_venv)
         return
-    sb3_python = check(args)
+    if args.setup_cleanrl_venv:
+        setup_cleanrl_venv(args.setup_cleanrl_venv)
+        return
+    sb3_python, cleanrl = check(args)
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt  # unwinds through run_process, which stops the running child
@@ -558,6 +758,8 @@ def main(args: Args) -> None:
         command="python benchmark/throughput.py " + " ".join(sys.argv[1:]), machine=machine_description(), cuda=args.cuda,
         started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), variants=args.variants,
     )  # fmt: skip
+    if cleanrl:
+        header["cleanrl"] = dict(path=str(cleanrl[1]), python=str(cleanrl[0]), versions=venv_versions(cleanrl[0]))
     results, failures, t0 = [], [], time.time()
     for name in args.scripts:
         spec = SPECS[name]
@@ -568,9 +770,14 @@ def main(args: Args) -> None:
             not_run["sb3"] = "n/a (no SB3 algorithm)"
         elif not args.sb3:
             not_run["sb3"] = "not run (--no-sb3)"
+        if "upstream" not in spec:
+            not_run["cleanrl"] = f"n/a ({spec['upstream_na']})"
+        elif cleanrl is None:
+            not_run["cleanrl"] = "not run (no --cleanrl path)"
         row = dict(
             script=name, env_id=spec["env_id"], family=spec["family"], num_envs=spec["num_envs"], total_timesteps=steps,
             budget=described, rounds=rounds, variants=args.variants, columns=columns(args.variants), not_run=not_run, runs=[],
+            cleanrl_env_id=spec.get("upstream_env_id", spec["env_id"]),
         )  # fmt: skip
         failed = set()
         for k in range(1, rounds + 1):
@@ -583,6 +790,8 @@ def main(args: Args) -> None:
                 load_before = os.getloadavg()[0]
                 if label == "sb3":
                     r = run_sb3(spec, steps, args, str(sb3_python), work)
+                elif label == "cleanrl":
+                    r = run_cleanrl(spec, steps, args, str(cleanrl[0]), cleanrl[1], work)
                 elif label == "raw":
                     r = run_raw(spec, args, work)
                 else:

@@ -3,6 +3,7 @@ aggregate statistics."""
 
 import csv
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from benchmark.kept import read_kept
 from benchmark.report import (
     bootstrap_band, final_return, iqm, iqm_rows, mean_rows, parse_run_name, stratified_bootstrap_ci, t_halfwidth,
 )  # fmt: skip
-from benchmark.throughput import SPECS, budget, script_argv
+from benchmark.throughput import SPECS, budget, cleanrl_argv, script_argv
 from tests.helpers import ROOT, read_scalars, script_env, single_run_dir, values
 
 PPO = ROOT / "cleanrl" / "ppo.py"
@@ -311,6 +312,15 @@ def test_final_return_and_t_interval_by_hand():
 # ---- benchmark/throughput.py: every script plain and with its speed flags, next to SB3 and the raw env ----
 
 SB3_PYTHON = ROOT / "benchmark/results/.venv-sb3/bin/python"
+# upstream CleanRL: a snapshot of github:vwxyzjn/cleanrl (outside this project; /work/upstream on the machines this
+# project is developed on) and its venv (python benchmark/throughput.py --setup-cleanrl-venv ...)
+CLEANRL_SNAPSHOT = Path(os.environ.get("CLEANRL_SNAPSHOT", "/work/upstream"))
+CLEANRL_PYTHON = ROOT / "benchmark/results/.venv-cleanrl/bin/python"
+needs_upstream = pytest.mark.skipif(
+    not ((CLEANRL_SNAPSHOT / "cleanrl_utils").is_dir() and CLEANRL_PYTHON.is_file()),
+    reason=f"no upstream CleanRL here: needs a snapshot of its repository at $CLEANRL_SNAPSHOT ({CLEANRL_SNAPSHOT}) "
+    f"and its venv at {CLEANRL_PYTHON.parent.parent.relative_to(ROOT)}",
+)
 
 
 def throughput(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -360,16 +370,23 @@ def test_throughput_variants_apply_and_medians_by_hand():
     runs = [dict(label=label, sps=sps, load_before=1.0, load_after=2.5) for label, sps in
             [("plain", 100), ("compile", 300), ("raw", 1000), ("plain", 300), ("compile", 500), ("raw", 3000), ("plain", 200)]]  # fmt: skip
     runs.append(dict(label="compile", error="exit 1", load_before=0.5, load_after=1.0))
+    for r, process in zip([r for r in runs if r["label"] == "plain"], [50, 70, 60]):
+        r["process_sps"] = process
+    runs += [dict(label="cleanrl", sps=sps, process_sps=process, load_before=1.0, load_after=1.0) for sps, process in [(80, 40), (120, 20)]]
     row = dict(script="x", env_id="E", num_envs=2, total_timesteps=10, budget="b", rounds=3, variants=["compile", "compile+amp"],
                columns=columns(["compile", "compile+amp"]), not_run={"compile+amp": "n/a (amp: CNN scripts only)", "sb3": "n/a (no SB3 algorithm)"}, runs=runs)  # fmt: skip
     summarize(row)
-    # medians: plain 100, 300, 200 -> 200; compile 300, 500 (the failed round has no SPS) -> 400; raw 1000, 3000 -> 2000
-    assert row["sps"] == {"plain": 200, "compile": 400, "raw": 2000}
-    assert row["ratios"] == {"compile/plain": 2.0, "plain/raw": 0.1, "compile/raw": 0.2}
+    # medians: plain 100, 300, 200 -> 200; compile 300, 500 (the failed round has no SPS) -> 400; raw 1000, 3000 -> 2000;
+    # cleanrl 80, 120 -> 100; process SPS: plain 50, 70, 60 -> 60, cleanrl 40, 20 -> 30
+    assert row["sps"] == {"plain": 200, "compile": 400, "cleanrl": 100, "raw": 2000}
+    assert row["process_sps"] == {"plain": 60, "cleanrl": 30}
+    assert row["ratios"] == {"compile/plain": 2.0, "plain/cleanrl": 2.0, "plain/cleanrl (process)": 2.0, "plain/raw": 0.1,
+                             "compile/cleanrl": 4.0, "compile/raw": 0.2}  # fmt: skip
     table = markdown([row], ["compile", "compile+amp"]).splitlines()
     assert table[0].startswith("| script | env (envs) | budget per run | rounds | plain SPS | compile SPS | compile / plain | compile+amp SPS |")
+    assert "| CleanRL SPS | plain / CleanRL | plain / CleanRL (process) | raw env SPS |" in table[0]
     assert table[2] == ("| x | E (2) | 10: b | 3 | 200 | 400 | 2.00 | n/a (amp: CNN scripts only) | - | n/a (no SB3 algorithm) | - | - | - "
-                        "| 2000 | 0.10 | 0.20 | - | 0.5 to 2.5 |")
+                        "| 100 | 2.00 | 2.00 | 2000 | 0.10 | 0.20 | - | 0.5 to 2.5 |")
 
 
 def test_throughput_error_line_says_why_a_run_failed(tmp_path):
@@ -432,6 +449,7 @@ def test_throughput_reads_sps_from_the_event_files(speed_table):
         assert row["sps"]["sb3"] > 0 and row["ratios"]["compile/sb3"] == pytest.approx(row["sps"]["compile"] / row["sps"]["sb3"])
     else:
         assert row["not_run"]["sb3"] == "not run (--no-sb3)" and "sb3" not in row["sps"]
+    assert row["not_run"]["cleanrl"] == "not run (no --cleanrl path)" and "cleanrl" not in row["sps"]
     for r in row["runs"]:
         assert r["load_before"] >= 0 and r["load_after"] >= 0 and r["process_seconds"] > 0
     md = (cwd / "speed/results.md").read_text()
@@ -487,6 +505,113 @@ def test_throughput_bad_input(tmp_path):
     assert bad("--scripts", "ppo", "--sb3-python", str(tmp_path / "no-venv/bin/python")).startswith(
         f"error: no Stable-Baselines3 python at {tmp_path / 'no-venv/bin/python'}; create it with"
     )
+    assert not (tmp_path / "tp").exists()
+
+
+def test_throughput_steady_sps_from_event_wall_times_by_hand(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from benchmark.throughput import read_scalar_events, steady_sps
+
+    # upstream CleanRL logs charts/SPS = steps / seconds since its start; the steady rate is taken between its first
+    # and last event instead: (1536 - 512) steps / (101.5 - 100.0) s
+    writer = SummaryWriter(str(tmp_path / "run"))
+    for step, wall, value in [(512, 100.0, 80), (1024, 100.5, 90), (1536, 101.5, 95)]:
+        writer.add_scalar("charts/SPS", value, step, walltime=wall)
+    writer.add_scalar("losses/x", 1.0, 2048, walltime=103.0)  # another tag does not count
+    writer.close()
+    events = read_scalar_events(tmp_path / "run", "charts/SPS")
+    assert events == [(512, 100.0, 80.0), (1024, 100.5, 90.0), (1536, 101.5, 95.0)]
+    assert steady_sps(events) == pytest.approx(1024 / 1.5)
+    assert steady_sps(events[:2]) == pytest.approx(512 / 0.5)
+    assert steady_sps(events[:1]) is None and steady_sps([]) is None  # one event: no interval
+    assert steady_sps([(512, 100.0, 80), (1024, 100.0, 90)]) is None  # no time between them
+    assert read_scalar_events(tmp_path / "run", "charts/nothing") == []
+
+
+@needs_upstream
+def test_throughput_passes_flags_the_upstream_scripts_accept():
+    # every upstream flag exists in the upstream script's Args and sets the same sizes as ours: one subprocess in the
+    # upstream venv parses them all with the script's own Args (its training code does not run)
+    names = [n for n in SPECS if "upstream" in SPECS[n]]
+    assert {n for n in SPECS if n not in names} == {"ppg_procgen"}
+    jobs = [(n, str(CLEANRL_SNAPSHOT / "cleanrl" / SPECS[n]["script"]), cleanrl_argv(SPECS[n], budget(SPECS[n], 1.0)[0], 1, False)[1]) for n in names]  # fmt: skip
+    code = (
+        "import json, runpy, sys, tyro\n"
+        "for name, path, flags in json.loads(sys.argv[1]):\n"
+        "    a = tyro.cli(runpy.run_path(path, run_name='upstream_args')['Args'], args=flags)\n"
+        "    print('ARGS', json.dumps(dict(name=name, env_id=a.env_id, total=a.total_timesteps, cuda=a.cuda, num_envs=getattr(a, 'local_num_envs', None) or getattr(a, 'num_envs', 1),\n"
+        "          num_steps=getattr(a, 'num_steps', None), learning_starts=getattr(a, 'learning_starts', None))))\n"
+    )
+    proc = subprocess.run([str(CLEANRL_PYTHON), "-c", code, json.dumps(jobs)], env=dict(script_env(), PYTHONPATH=str(CLEANRL_SNAPSHOT)),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    parsed = {a["name"]: a for a in (json.loads(l[5:]) for l in proc.stdout.splitlines() if l.startswith("ARGS "))}
+    assert list(parsed) == names
+    for name, a in parsed.items():
+        spec = SPECS[name]
+        steps = budget(spec, 1.0)[0]
+        # the multi-process script counts envs per rank
+        assert a["env_id"] == spec.get("upstream_env_id", spec["env_id"]) and a["num_envs"] * spec.get("nproc", 1) == spec["num_envs"] and not a["cuda"]
+        if "iteration" in spec:
+            assert a["total"] == steps and a["num_envs"] * spec.get("nproc", 1) * a["num_steps"] == spec["iteration"]
+        else:  # one step more: its loop stops at total - 1
+            assert a["total"] == steps + 1 and a["learning_starts"] == spec["learning_starts"]
+
+
+@needs_upstream
+def test_throughput_runs_upstream_cleanrl_beside_ours(tmp_path):
+    """One real invocation: ppo.py and upstream CleanRL's ppo.py for 2 iterations each, one round, no variant."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    proc = throughput("--scripts", "ppo", "--variants", "--no-sb3", "--rounds", "1", "--budget-scale", "0.01", "--raw-seconds", "0.2",
+                      "--cleanrl", str(CLEANRL_SNAPSHOT / "cleanrl"), "--cleanrl-python", str(CLEANRL_PYTHON), "--out", "tp", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "tp/results.json").read_text())
+    assert results["cleanrl"]["path"] == str(CLEANRL_SNAPSHOT) and results["cleanrl"]["versions"]["gymnasium"] == "0.29.1"
+    (row,) = results["results"]
+    assert [r["label"] for r in row["runs"]] == ["plain", "cleanrl", "raw"]
+    plain, cleanrl, _ = row["runs"]
+    work = tmp_path / "tp/work/ppo/cleanrl/round1"
+    # run as users run it: its own python and script, --no-cuda, its default torch threads, only the snapshot on PYTHONPATH
+    command = (work / "log.txt").read_text().splitlines()[0].split()
+    assert command[:3] == ["$", f"PYTHONPATH={CLEANRL_SNAPSHOT}", str(CLEANRL_PYTHON)]
+    assert command[3] == str(CLEANRL_SNAPSHOT / "cleanrl/ppo.py") and "--no-cuda" in command and "--torch-threads" not in command
+    # steady SPS by hand from the wall times of its charts/SPS events: one per iteration, at steps 512 and 1024
+    acc = event_accumulator.EventAccumulator(str(single_run_dir(work)), size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    events = acc.Scalars("charts/SPS")
+    assert [e.step for e in events] == [512, 1024]
+    assert row["sps"]["cleanrl"] == pytest.approx(512 / (events[1].wall_time - events[0].wall_time))
+    assert cleanrl["logged_sps"] == events[1].value  # its own figure, since its start, kept for reference
+    for r in (plain, cleanrl):
+        assert r["process_sps"] == pytest.approx(1024 / r["process_seconds"])
+    assert row["ratios"]["plain/cleanrl"] == pytest.approx(row["sps"]["plain"] / row["sps"]["cleanrl"])
+    assert row["ratios"]["plain/cleanrl (process)"] == pytest.approx(plain["process_sps"] / cleanrl["process_sps"])
+    md = (tmp_path / "tp/results.md").read_text()
+    assert f"Upstream CleanRL: the snapshot at {CLEANRL_SNAPSHOT}" in md
+    assert f"| {row['sps']['cleanrl']:.0f} | {row['ratios']['plain/cleanrl']:.2f} | {row['ratios']['plain/cleanrl (process)']:.2f} |" in md
+
+
+def test_throughput_bad_cleanrl_input(tmp_path):
+    def bad(*args):
+        proc = throughput("--scripts", "ppo", "--no-sb3", *args, "--out", str(tmp_path / "tp"), cwd=tmp_path, timeout=120)
+        assert proc.returncode == 1
+        return proc.stderr.strip().splitlines()[-1]
+
+    assert bad("--cleanrl", str(tmp_path / "nowhere")) == f"error: --cleanrl {tmp_path / 'nowhere'} does not exist"
+    (tmp_path / "snap/cleanrl").mkdir(parents=True)
+    assert bad("--cleanrl", str(tmp_path / "snap")) == (
+        f"error: --cleanrl {tmp_path / 'snap'} is not an upstream CleanRL snapshot: neither it nor its parent holds cleanrl/ and cleanrl_utils/"
+    )
+    (tmp_path / "snap/cleanrl_utils").mkdir()
+    assert bad("--cleanrl", str(tmp_path / "snap")) == f"error: --cleanrl {tmp_path / 'snap'} has no cleanrl/ppo.py (--scripts ppo)"
+    (tmp_path / "snap/cleanrl/ppo.py").write_text("")
+    for given in ("snap", "snap/cleanrl"):  # the repository root or its cleanrl/ folder
+        assert bad("--cleanrl", str(tmp_path / given), "--cleanrl-python", str(tmp_path / "no-venv/bin/python")) == (
+            f"error: no upstream CleanRL python at {tmp_path / 'no-venv/bin/python'}; create it with: python benchmark/throughput.py "
+            f"--setup-cleanrl-venv {tmp_path / 'no-venv'} (or leave out --cleanrl)"
+        )
     assert not (tmp_path / "tp").exists()
 
 
