@@ -304,6 +304,7 @@ def main(args: Args) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     # the same data gives the same SVG bytes (fixed element ids, no date), so committed figures change only with data
     matplotlib.rcParams["svg.hashsalt"] = "cleanrl-benchmark"
@@ -394,6 +395,8 @@ def main(args: Args) -> None:
             ax.set_xlim(0, max(max_step, 1))
         ax.set_title(env_id if not args.title else f"{args.title}: {env_id}", fontsize=10)
         ax.set_xlabel("environment steps")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))  # 100k, 1M: short labels that never overlap
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
         ax.set_ylabel("episodic return")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -408,7 +411,7 @@ def main(args: Args) -> None:
         plt.close(fig)
     ncols = min(3, len(envs))
     nrows = math.ceil(len(envs) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.3 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 2.8 * nrows), squeeze=False)
     for ax, env_id in zip(axes.flat, envs):
         draw(ax, env_id)
     for ax in list(axes.flat)[len(envs) :]:
