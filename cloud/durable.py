@@ -17,6 +17,7 @@ The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in th
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,8 +94,10 @@ class Sync:
                     frozen = os.path.join(staging, str(count))
                     try:
                         os.link(path, frozen)
+                    except FileNotFoundError:
+                        continue  # replaced since the listing: the next round sees the new file
                     except OSError:
-                        continue  # gone since the listing (a replaced .tmp name); the next round sees the new one
+                        shutil.copyfile(path, frozen)  # a file system without hard links: a copy freezes it too
                     self.s3.upload_file(frozen, self.bucket, self.folder + key)
                     os.unlink(frozen)
                     self.sent[key] = (stat.st_size, stat.st_mtime_ns)

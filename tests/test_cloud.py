@@ -355,7 +355,7 @@ def s3_files(moto, bucket: str, prefix: str) -> dict[str, bytes]:
     return {k[len(prefix) :]: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
 
 
-def start_attempt(moto, cwd: Path, job_id: str, bucket: str) -> subprocess.Popen:
+def start_attempt(moto, cwd: Path, job_id: str, bucket: str, sync_seconds: str) -> subprocess.Popen:
     """One attempt of a `cleanrl-ppo` job, as Batch starts it: `bash -c <jobs/ppo.sh> ENV_ID TOTAL SEED FREQ EXTRA`,
     with the job's id and the bucket of the job definition's environment; the code is this checkout."""
     env = aws_env(
@@ -363,7 +363,7 @@ def start_attempt(moto, cwd: Path, job_id: str, bucket: str) -> subprocess.Popen
         AWS_BATCH_JOB_ID=job_id,
         CLEANRL_RUNS_S3=f"s3://{bucket}/runs",
         CLEANRL_CODE=str(ROOT),
-        CLEANRL_SYNC_SECONDS="0.5",
+        CLEANRL_SYNC_SECONDS=sync_seconds,
         WANDB_MODE="offline",
         PYTHONUNBUFFERED="1",
         PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
@@ -389,7 +389,7 @@ def test_spot_interruption_resumes_from_s3_and_equals_an_uninterrupted_run(moto,
     # attempt 1: SIGTERM (what Batch sends on a Spot reclaim) once a checkpoint has been uploaded by the periodic sync
     first = tmp_path / "attempt1"
     first.mkdir()
-    proc = start_attempt(moto, first, job_id, bucket)
+    proc = start_attempt(moto, first, job_id, bucket, sync_seconds="0.5")
     wait_until(
         lambda: any(k.endswith("/checkpoint.pt") for k in s3_files(moto, bucket, folder)),
         proc,
@@ -408,10 +408,11 @@ def test_spot_interruption_resumes_from_s3_and_equals_an_uninterrupted_run(moto,
     local = {p.relative_to(first).as_posix(): p.read_bytes() for p in first.rglob("*") if p.is_file()}
     assert uploaded == local and f"runs/{run_dir.name}/checkpoint.pt" in uploaded
 
-    # attempt 2, on another machine: an empty directory; it restores, resumes and finishes
+    # attempt 2, on another machine: an empty directory; it restores, resumes and finishes. No periodic upload
+    # within the test: what S3 holds of this attempt afterwards, the last upload (after the run's exit) put there.
     second = tmp_path / "attempt2"
     second.mkdir()
-    proc = start_attempt(moto, second, job_id, bucket)
+    proc = start_attempt(moto, second, job_id, bucket, sync_seconds="3600")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, f"{out[-2000:]}\n{err[-3000:]}"
     assert f"restored {len(uploaded)} files of an earlier attempt" in err
@@ -419,7 +420,7 @@ def test_spot_interruption_resumes_from_s3_and_equals_an_uninterrupted_run(moto,
     resumed = single_run_dir(second)
     assert resumed.name == run_dir.name and load(resumed / "checkpoint.pt")["finished"]
     final = s3_files(moto, bucket, folder)
-    assert final[f"runs/{run_dir.name}/checkpoint.pt"] == (resumed / "checkpoint.pt").read_bytes()
+    assert final == {p.relative_to(second).as_posix(): p.read_bytes() for p in second.rglob("*") if p.is_file()}
     assert f"runs/{run_dir.name}/ppo.cleanrl_model" in final
 
     # the same command without interruption (and without the job machinery): the same parameters and curves
@@ -428,6 +429,24 @@ def test_spot_interruption_resumes_from_s3_and_equals_an_uninterrupted_run(moto,
     flags = ["--env-id", "CartPole-v1", "--total-timesteps", SPOT_TOTAL, "--seed", "1", "--save-model"]
     run_script("ppo.py", *flags, "--checkpoint-frequency", "1", "--resume", "auto", *SPOT_EXTRA.split(), cwd=plain)
     assert_same_run(single_run_dir(plain), resumed)
+
+
+def test_a_batch_job_id_is_the_w_and_b_run_id(tmp_path, monkeypatch):
+    """--track in an AWS Batch job: the W&B run id is the job id, the same in every attempt, so the attempts of a
+    retried job continue one W&B run; a node of a multi-node job (`#N`) is its job, an array child its own run."""
+    from runtime import wandb_run_id
+    from tests.helpers import run_script, script_env
+
+    cases = [("6f1c9a52", "6f1c9a52"), ("6f1c9a52#1", "6f1c9a52"), ("6f1c9a52:7", "6f1c9a52-7"), ("", None)]
+    for job_id, run_id in cases:
+        monkeypatch.setenv("AWS_BATCH_JOB_ID", job_id)
+        assert wandb_run_id() == run_id, job_id
+    env = script_env(AWS_BATCH_JOB_ID="6f1c9a52-0d4e#0", WANDB_MODE="offline", WANDB_DIR=str(tmp_path))
+    flags = ["--num-steps", "32", "--total-timesteps", "128", "--track", "--no-progress"]
+    run_script("ppo.py", *flags, cwd=tmp_path, env=env)
+    # offline, W&B writes wandb/offline-run-<time>-<run id>
+    (run,) = (tmp_path / "wandb").glob("offline-run-*")
+    assert run.name.endswith("-6f1c9a52-0d4e"), run.name
 
 
 def test_durable_bad_input_fails_in_one_line(tmp_path):
