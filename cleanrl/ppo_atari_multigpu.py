@@ -304,20 +304,17 @@ def per_rank_states(envs, world_size: int, save_model: bool) -> dict:
 
 if __name__ == "__main__":
     rank, local_rank, node_rank, world_size = runtime.torchrun_env()
-    args, checkpoint = runtime.parse_args(Args, rank)  # on every rank, before the process group forms
+    # On every rank, before the process group forms; with a group, --resume waits for it (broadcast_resume below).
+    args, checkpoint = runtime.parse_args(Args, rank, resume_later=world_size > 1)
     if args.eval_only is not None:
         # evaluation runs in this one process (no process group), even under torchrun
         runtime.eval_only(args, "agent", lambda _: make_agent(args), evaluate)
     # Everything that can be wrong with the input is checked before the process group forms and before the run
-    # directory exists. Every rank checks the same flags, so all ranks fail alike, before any of them waits.
-    envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
-    check_atari_args(args)
-    if checkpoint is not None:
-        # the checkpoint holds every rank's generators and env states; this rank takes back its own
-        if len(checkpoint["rng"]) != world_size:
-            fail(f"the checkpoint was written by {len(checkpoint['rng'])} ranks; resume it with as many, "
-                 f"not {world_size}")
-        checkpoint = checkpoint | {"rng": checkpoint["rng"][rank], "envs": checkpoint["envs"][rank]}
+    # directory exists, so all ranks fail alike before any of them waits. With --resume the flags are the
+    # checkpoint's, known once rank 0 has read it: they are checked below, on every rank alike.
+    if args.resume is None:
+        derive_sizes(args, world_size)
+        check_atari_args(args)
     if args.cuda and torch.cuda.is_available() and local_rank >= torch.cuda.device_count():
         fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
     # one GPU per process, chosen by LOCAL_RANK and made current (else NCCL would use GPU 0 in every process)
@@ -340,6 +337,16 @@ if __name__ == "__main__":
         # destroy_process_group, and a gloo thread releasing the last collective's tensors during interpreter
         # shutdown then aborts the rank: "terminate called without an active exception", seen on torch 2.13.)
         atexit.register(dist.destroy_process_group)
+        # Only rank 0 reads runs/ (on a multi-node job only node 0 has it) and sends the flags and checkpoint to all.
+        args, checkpoint = runtime.broadcast_resume(Args, args, rank)
+    envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
+    check_atari_args(args)
+    if checkpoint is not None:
+        # the checkpoint holds every rank's generators and env states; this rank takes back its own
+        if len(checkpoint["rng"]) != world_size:
+            fail(f"the checkpoint was written by {len(checkpoint['rng'])} ranks; resume it with as many, "
+                 f"not {world_size}")
+        checkpoint = checkpoint | {"rng": checkpoint["rng"][rank], "envs": checkpoint["envs"][rank]}
     # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs * args.num_steps, rank, local_rank)
     device, writer = run.device, run.writer

@@ -120,19 +120,25 @@ def script_name(args_cls) -> str:
     """The file name of the script that defines args_cls (the name its checkpoints carry)."""
     return os.path.basename(sys.modules[args_cls.__module__].__file__)
 
-def parse_args(args_cls, rank: int = 0) -> tuple:
+def parse_args(args_cls, rank: int = 0, resume_later: bool = False) -> tuple:
     """(args, checkpoint or None); with --resume the checkpoint's flags, the given ones on top. All torchrun ranks
-    parse alike (runs/ is shared); only rank 0 says why (exit 1; exit 0, no restart, if `auto` finds a run done)."""
+    parse alike; only rank 0 says why (exit 1; exit 0, no restart, if `auto` finds a run done). `resume_later`: the
+    command line only; broadcast_resume() resolves --resume once the process group has formed."""
     if rank != 0:
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                return parse_args(args_cls)
+                return parse_args(args_cls, resume_later=resume_later)
         except SystemExit as e:
             raise SystemExit(0 if e.code in (0, None) else 1) from None
     args = tyro.cli(args_cls)
     check_flag_ranges(args)
-    if args.eval_only is not None:
+    if args.eval_only is not None or resume_later:
         return args, None
+    return resolve_resume(args_cls, args)
+
+def resolve_resume(args_cls, args) -> tuple:
+    """parse_args' second half: the checkpoint --resume names (if any), its flags under the given ones, and the
+    checks that need the final flags."""
     checkpoint = find_resume_checkpoint(args, script_name(args_cls))
     if checkpoint is not None:
         args = resumed_args(args_cls, checkpoint)
@@ -144,6 +150,24 @@ def parse_args(args_cls, rank: int = 0) -> tuple:
              "update will happen (a smoke run of the loop)")
     check_speed_args(args)
     return args, checkpoint
+
+def broadcast_resume(args_cls, args, rank: int) -> tuple:
+    """(args, checkpoint or None) on every rank of a process group, as rank 0 resolves them from its own runs/: the
+    nodes of a multi-node job share no filesystem, and only node 0's runs/ holds the run. One broadcast_object_list
+    sends the outcome (pickled; a checkpoint is tens of MB), or rank 0's exit, so every rank ends alike."""
+    import torch.distributed as dist
+
+    outcome = [None]
+    if rank == 0:
+        try:
+            outcome = [resolve_resume(args_cls, args)]
+        except SystemExit as e:
+            outcome = [("exit", e)]
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[0][0] == "exit":  # rank 0 said why and exits with its status; the others quietly, 0 or 1
+        code = outcome[0][1].code
+        raise SystemExit(code if rank == 0 else 0 if code in (0, None) else 1)
+    return outcome[0]
 
 def check_flag_ranges(args) -> None:
     """Every flag named in FLAG_RANGES within its range, every float flag finite; else fail naming the flag."""
@@ -276,8 +300,10 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
         if args.track:
             import wandb
             wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                       config=vars(args), name=name, save_code=True)
+                       config=vars(args), name=name, save_code=True, id=wandb_run_id(),
+                       resume="allow" if wandb_run_id() else None)
         # resumed: purge_step drops what was logged after the last checkpoint; with --track, a new W&B run (same name)
+        # unless the run has a W&B id of its own (an AWS Batch job: every attempt continues one W&B run)
         writer = SummaryWriter(run_dir, purge_step=None if checkpoint is None else checkpoint["global_step"] + 1)
         if checkpoint is None:
             writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
@@ -285,6 +311,14 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
     seed_everything(args.seed, args.torch_deterministic)
     return Run(args, script_name(type(args)), name, run_dir, writer, pick_device(args, local_rank), checkpoint,
                num_iterations, steps_per_iteration, rank)
+
+
+def wandb_run_id() -> Optional[str]:
+    """The W&B run id of an AWS Batch job: its job id, which every attempt (a retry after a Spot reclaim) keeps, so
+    the attempts continue one W&B run. A node of a multi-node job (`<id>#<node>`) is its job; an array child
+    (`<id>:<index>`) is a run of its own. None outside Batch: W&B makes a new id."""
+    job_id = os.environ.get("AWS_BATCH_JOB_ID", "").split("#")[0]
+    return re.sub(r"[^A-Za-z0-9_-]", "-", job_id) or None
 
 
 # 3. Checkpoints. One dict written by torch.save that loads with torch.load(weights_only=True): the run's entries
@@ -460,16 +494,19 @@ def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
 
 class StopSignal:
     """SIGINT and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received`; the training loop reads it
-    at its next safe point, saves a checkpoint and exits 0. A second signal stops at once (the default action)."""
+    at its next safe point, saves a checkpoint and exits 128 + the signal's number (130, 143), as the default action
+    would: schedulers (AWS Batch's retry rules, torchrun) then see a run that did not finish. A second signal stops
+    at once (the default action)."""
 
     def __init__(self):
         self.received: Optional[str] = None
+        self.exit_status = 128 + signal.SIGTERM  # also of a rank stopped because another rank got the signal
         signal.signal(signal.SIGINT, self._handle)
         signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame) -> None:
         if self.received is None:
-            self.received = signal.Signals(signum).name
+            self.received, self.exit_status = signal.Signals(signum).name, 128 + signum
         else:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
@@ -622,7 +659,8 @@ class Run:
                          stop: Optional[str] = "", **extra) -> None:
         """The safe point after each iteration: progress, a checkpoint every --checkpoint-frequency updates (`update`:
         this iteration's update count, None if none, -1 for `iteration`); on a signal, or a `stop` the script decided
-        (all torchrun ranks alike; None: go on), a checkpoint (--save-model) and exit 0; the last: finish()."""
+        (all torchrun ranks alike; None: go on), a checkpoint (--save-model) and exit 128 + signal; the last:
+        finish()."""
         self.progress.update(global_step, self.sps(global_step) or 0)
         if iteration >= self.num_iterations:
             return
@@ -638,7 +676,7 @@ class Run:
                     else "no --save-model, no checkpoint"))
             self.envs.close()
             self.close()
-            raise SystemExit(0)
+            raise SystemExit(self.stop.exit_status)
 
     def finish(self, global_step: int, next_obs, model, evaluate: Callable[[], list], **extra) -> None:
         """After the loop: with --save-model the final checkpoint, the model (state dict or dict of them), its eval."""

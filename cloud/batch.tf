@@ -1,11 +1,38 @@
 locals {
   # One managed compute environment and one job queue per (hardware, pricing) pair. Queues are kept
   # apart rather than chained Spot-then-On-Demand so that a job's price is what its queue says.
+  # gpu-multinode holds the nodes of multi-node parallel jobs (On-Demand: Batch does not run them on Spot), on
+  # 8-GPU instance types, with room for two such nodes.
   environments = {
-    cpu-ondemand = { instance_types = var.cpu_instance_types, max_vcpus = var.cpu_max_vcpus, spot = false, gpu = false }
-    cpu-spot     = { instance_types = var.cpu_instance_types, max_vcpus = var.cpu_max_vcpus, spot = true, gpu = false }
-    gpu-ondemand = { instance_types = var.gpu_instance_types, max_vcpus = var.gpu_max_vcpus, spot = false, gpu = true }
-    gpu-spot     = { instance_types = var.gpu_instance_types, max_vcpus = var.gpu_max_vcpus, spot = true, gpu = true }
+    cpu-ondemand  = { instance_types = var.cpu_instance_types, max_vcpus = var.cpu_max_vcpus, spot = false, gpu = false }
+    cpu-spot      = { instance_types = var.cpu_instance_types, max_vcpus = var.cpu_max_vcpus, spot = true, gpu = false }
+    gpu-ondemand  = { instance_types = var.gpu_instance_types, max_vcpus = var.gpu_max_vcpus, spot = false, gpu = true }
+    gpu-spot      = { instance_types = var.gpu_instance_types, max_vcpus = var.gpu_max_vcpus, spot = true, gpu = true }
+    gpu-multinode = { instance_types = var.multinode_instance_types, max_vcpus = var.multinode_max_vcpus, spot = false, gpu = true }
+  }
+  # Job queues: one per compute environment, and {name_prefix}-queue (cleanrl-queue) for the articles' commands.
+  queues = merge(
+    { for k, _ in local.environments : k => { name = "${var.name_prefix}-${k}", environment = k } },
+    { default = { name = "${var.name_prefix}-queue", environment = var.default_queue_environment } },
+  )
+}
+
+# Every instance gets a larger encrypted root volume (the image holds PyTorch's CUDA libraries, and runs/ grows
+# there), and the tags, which Batch itself puts on the instances only through compute_resources.tags.
+resource "aws_launch_template" "batch" {
+  name = "${var.name_prefix}-batch"
+  block_device_mappings {
+    device_name = "/dev/xvda" # the root device of the ECS AL2 AMIs
+    ebs {
+      volume_size           = var.root_volume_gib
+      volume_type           = "gp3"
+      encrypted             = true
+      delete_on_termination = true
+    }
+  }
+  tag_specifications {
+    resource_type = "volume"
+    tags          = var.tags
   }
 }
 
@@ -27,6 +54,12 @@ resource "aws_batch_compute_environment" "this" {
     max_vcpus           = each.value.max_vcpus
     security_group_ids  = [aws_security_group.batch.id]
     subnets             = var.subnet_ids
+    tags                = merge(var.tags, { Name = "${var.name_prefix}-${each.key}" })
+
+    launch_template {
+      launch_template_id = aws_launch_template.batch.id
+      version            = aws_launch_template.batch.latest_version
+    }
 
     ec2_configuration {
       # The GPU AMI carries the NVIDIA driver and container toolkit.
@@ -43,13 +76,25 @@ resource "aws_batch_compute_environment" "this" {
 }
 
 resource "aws_batch_job_queue" "this" {
-  for_each = local.environments
-  name     = "${var.name_prefix}-${each.key}"
+  for_each = local.queues
+  name     = each.value.name
   state    = "ENABLED"
   priority = 1
 
   compute_environment_order {
     order               = 1
-    compute_environment = aws_batch_compute_environment.this[each.key].arn
+    compute_environment = aws_batch_compute_environment.this[each.value.environment].arn
+  }
+
+  # A job that no instance of the queue's compute environment can ever hold stays RUNNABLE for good (Batch's
+  # own words for it: these status reasons); cancel it after a while instead.
+  dynamic "job_state_time_limit_action" {
+    for_each = ["MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE"]
+    content {
+      action           = "CANCEL"
+      max_time_seconds = var.unplaceable_job_cancel_seconds
+      reason           = job_state_time_limit_action.value
+      state            = "RUNNABLE"
+    }
   }
 }

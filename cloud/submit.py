@@ -45,6 +45,9 @@ MAX_DESCRIBE_IDS = 100  # DescribeJobs takes at most 100 job ids per call
 MIN_TIMEOUT_SECONDS = 60  # JobTimeout.attemptDurationSeconds
 STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
 TERMINAL = ("SUCCEEDED", "FAILED")
+# What a multi-node job's node gets per GPU when --gpus is given without --vcpus/--memory: terraform's defaults
+# (multinode_vcpus_per_gpu, multinode_memory_mib_per_gpu), so that 8 GPUs ask for 64 vCPUs and 224000 MiB.
+VCPUS_PER_GPU, MEMORY_MIB_PER_GPU = 8, 28000
 # W&B settings passed from the caller's environment into the job's environment, and nowhere else.
 WANDB_VARIABLES = ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_BASE_URL")
 
@@ -64,7 +67,8 @@ class Build(Aws):
     repository: str = "cleanrl"
     """name of the ECR repository (terraform output ecr_repository_url)"""
     tag: Optional[str] = None
-    """image tag; None uses the git commit (with a -dirty suffix for uncommitted changes), else "latest" """
+    """image tag; None uses the git commit (with a -dirty suffix for uncommitted changes), else "latest". The image is
+    pushed as :latest too (what the job definitions run, and `submit --no-build` without --image)"""
     dry_run: bool = False
     """if toggled, print the docker commands instead of running them (read-only AWS calls still happen)"""
 
@@ -125,16 +129,16 @@ class SubmitMultinode(Build):
     """number of nodes (instances)"""
     nproc_per_node: str = "gpu"
     """torchrun --nproc-per-node on every node: a number, or gpu / cpu / auto"""
-    job_queue: str = "cleanrl-gpu-ondemand"
-    """job queue; multi-node parallel jobs do not run on Spot compute environments"""
+    job_queue: str = "cleanrl-gpu-multinode"
+    """job queue (terraform output job_queues); multi-node parallel jobs do not run on Spot compute environments"""
     job_definition: str = "cleanrl-multinode"
     """multi-node job definition (terraform output multinode_job_definition)"""
     job_name: str = "cleanrl-multinode"
     """name of the job"""
     vcpus: Optional[int] = None
-    """vCPUs of each node; None keeps the job definition's"""
+    """vCPUs of each node; None keeps the job definition's, or with --gpus 8 per GPU"""
     memory: Optional[int] = None
-    """memory of each node in MiB; None keeps the job definition's"""
+    """memory of each node in MiB; None keeps the job definition's, or with --gpus 28000 per GPU"""
     gpus: Optional[int] = None
     """GPUs of each node; None keeps the job definition's"""
     timeout_seconds: Optional[int] = None
@@ -377,7 +381,10 @@ def plan_multinode(args: SubmitMultinode) -> dict:
     if args.total_timesteps is not None:
         parameters["totalTimesteps"] = str(args.total_timesteps)
     node_overrides: dict = {"numNodes": args.num_nodes}
-    overrides = container_overrides(args.vcpus, args.memory, args.gpus, environment)
+    # more GPUs per node need more CPUs (each rank steps its envs on the CPU) and memory
+    vcpus = args.vcpus if args.vcpus is not None or not args.gpus else VCPUS_PER_GPU * args.gpus
+    memory = args.memory if args.memory is not None or not args.gpus else MEMORY_MIB_PER_GPU * args.gpus
+    overrides = container_overrides(vcpus, memory, args.gpus, environment)
     if overrides:
         node_overrides["nodePropertyOverrides"] = [{"targetNodes": "0:", "containerOverrides": overrides}]
     request = {"jobName": args.job_name, "parameters": parameters, "nodeOverrides": node_overrides}
@@ -450,6 +457,10 @@ def build_and_push(args: Build) -> str:
             env=env,
         )
         run_docker(["docker", "push", image], args.dry_run, env=env)
+        if tag != "latest":
+            latest = f"{repo['repositoryUri']}:latest"
+            run_docker(["docker", "tag", image, latest], args.dry_run, env=env)
+            run_docker(["docker", "push", latest], args.dry_run, env=env)
     return image
 
 

@@ -15,7 +15,7 @@ variable "name_prefix" {
 }
 
 variable "tags" {
-  description = "Tags added to every resource."
+  description = "Tags added to every resource, the EC2 instances and volumes of the compute environments included."
   type        = map(string)
   default     = { project = "cleanrl" }
 }
@@ -41,9 +41,51 @@ variable "cpu_instance_types" {
 }
 
 variable "gpu_instance_types" {
-  description = "Instance types (or families) of the GPU compute environments."
+  description = "Instance types (or families) of the single-job GPU compute environments (gpu-ondemand, gpu-spot)."
   type        = list(string)
   default     = ["g5", "g4dn"]
+}
+
+variable "multinode_instance_types" {
+  description = "Instance types of the multi-node compute environment (gpu-multinode): 8-GPU machines, so that a node of 8 GPUs fits one instance (g5.48xlarge: 192 vCPUs, 768 GiB; g6e.48xlarge: 192 vCPUs, 1536 GiB; p4d.24xlarge: 96 vCPUs, 1152 GiB)."
+  type        = list(string)
+  default     = ["g5.48xlarge", "g6e.48xlarge", "p4d.24xlarge"]
+}
+
+variable "multinode_max_vcpus" {
+  description = "Upper bound of vCPUs of the multi-node compute environment. It must hold every node of a job at once: 384 places 2 nodes of the largest default type (2 x 192); 2 x 8-GPU nodes never start below 2 x the type's vCPUs. This caps the cost."
+  type        = number
+  default     = 384
+}
+
+variable "root_volume_gib" {
+  description = "Root volume (GiB, gp3, encrypted) of every instance: the image with PyTorch's CUDA libraries and the runs/ of the jobs live there (the AMI's default of 30 GiB fills up)."
+  type        = number
+  default     = 200
+  validation {
+    condition     = var.root_volume_gib >= 30 && var.root_volume_gib <= 16384
+    error_message = "root_volume_gib must be between 30 and 16384."
+  }
+}
+
+variable "unplaceable_job_cancel_seconds" {
+  description = "A job RUNNABLE this long although no instance of its compute environment can ever hold it (it asks for more vCPUs, memory or GPUs than any instance type has, or than max_vcpus allows) is cancelled, instead of waiting forever (600-86400)."
+  type        = number
+  default     = 1800
+  validation {
+    condition     = var.unplaceable_job_cancel_seconds >= 600 && var.unplaceable_job_cancel_seconds <= 86400
+    error_message = "unplaceable_job_cancel_seconds must be between 600 and 86400 (AWS Batch limits)."
+  }
+}
+
+variable "default_queue_environment" {
+  description = "Compute environment of the job queue {name_prefix}-queue (cleanrl-queue, the queue of the CleanRL articles' commands): cpu-ondemand, cpu-spot, gpu-ondemand or gpu-spot."
+  type        = string
+  default     = "gpu-spot"
+  validation {
+    condition     = contains(["cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot"], var.default_queue_environment)
+    error_message = "default_queue_environment must be one of cpu-ondemand, cpu-spot, gpu-ondemand, gpu-spot."
+  }
 }
 
 variable "cpu_max_vcpus" {
@@ -53,7 +95,7 @@ variable "cpu_max_vcpus" {
 }
 
 variable "gpu_max_vcpus" {
-  description = "Upper bound of vCPUs that each GPU compute environment (on-demand, spot) scales to; this caps the cost."
+  description = "Upper bound of vCPUs that each single-job GPU compute environment (on-demand, spot) scales to; this caps the cost."
   type        = number
   default     = 64
 }
@@ -93,25 +135,73 @@ variable "multinode_num_nodes" {
 }
 
 variable "multinode_gpus_per_node" {
-  description = "GPUs of each node of the multi-node parallel job; torchrun starts one process per GPU."
+  description = "GPUs of each node of the multi-node parallel job; torchrun starts one process per GPU (submit.py --gpus overrides it per job)."
   type        = number
-  default     = 1
+  default     = 8
 }
 
-variable "multinode_vcpus_per_node" {
-  description = "vCPUs of each node of the multi-node parallel job."
+variable "multinode_vcpus_per_gpu" {
+  description = "vCPUs of a node per GPU (the envs of a rank step on the CPU): a node asks for multinode_gpus_per_node times this. 8 x 8 = 64 fits every default multinode instance type. submit.py scales --gpus with the same 8."
   type        = number
-  default     = 4
+  default     = 8
 }
 
-variable "multinode_memory_mib" {
-  description = "Memory in MiB of each node of the multi-node parallel job."
+variable "multinode_memory_mib_per_gpu" {
+  description = "Memory in MiB of a node per GPU; 8 x 28000 MiB fits every default multinode instance type after the ECS agent's share. submit.py scales --gpus with the same 28000."
   type        = number
-  default     = 15000
+  default     = 28000
+}
+
+variable "multinode_shared_memory_mib" {
+  description = "Size of /dev/shm of each node's container in MiB (Docker's default of 64 MiB breaks NCCL with several local ranks)."
+  type        = number
+  default     = 16384
+}
+
+variable "multinode_rendezvous_timeout_seconds" {
+  description = "Seconds torchrun waits for every node of a job to join; nodes that pull a large image start minutes apart (torchrun's own default is 600)."
+  type        = number
+  default     = 1800
+}
+
+variable "nccl_socket_ifname" {
+  description = "NCCL_SOCKET_IFNAME of the multi-node job: the interfaces NCCL may use; the default excludes loopback and the docker and ECS bridges, so NCCL picks the instance's network."
+  type        = string
+  default     = "^lo,docker,ecs"
+}
+
+variable "checkpoint_frequency" {
+  description = "Default --checkpoint-frequency (updates between checkpoints) of the jobs; every job runs with --save-model and --resume auto, so a retried attempt continues from the last checkpoint."
+  type        = number
+  default     = 50
+}
+
+variable "runs_bucket_name" {
+  description = "Name of the S3 bucket the jobs keep runs/ in (s3://BUCKET/runs/JOB_ID/); empty means {name_prefix}-runs-{account id}-{region}."
+  type        = string
+  default     = ""
+}
+
+variable "runs_noncurrent_days" {
+  description = "Days S3 keeps an overwritten or deleted object's older versions (every checkpoint upload makes one) before deleting them."
+  type        = number
+  default     = 7
+}
+
+variable "runs_force_destroy" {
+  description = "If true, terraform destroy also deletes the runs bucket when it still holds runs."
+  type        = bool
+  default     = false
+}
+
+variable "wandb_secret_arn" {
+  description = "ARN of a Secrets Manager secret holding your W&B API key (a plain string); empty: none. With it, every job gets WANDB_API_KEY from the secret through the execution role, and no key travels in a submit request."
+  type        = string
+  default     = ""
 }
 
 variable "job_attempts" {
-  description = "Attempts of a job; a Spot reclaim (status reason 'Host EC2*') is retried, any other failure is not."
+  description = "Attempts of a job; a Spot reclaim (status reason 'Host EC2*') and a run stopped by SIGTERM (exit code 143) are retried, any other failure is not."
   type        = number
   default     = 3
   validation {
@@ -136,4 +226,22 @@ variable "ecr_force_delete" {
   description = "If true, terraform destroy also deletes the ECR repository when it still holds images."
   type        = bool
   default     = false
+}
+
+variable "ppo_vcpus" {
+  description = "vCPUs of a job of the cleanrl-ppo job definition (the one of the CleanRL articles)."
+  type        = number
+  default     = 4
+}
+
+variable "ppo_memory_mib" {
+  description = "Memory in MiB of a job of the cleanrl-ppo job definition; 14000 fits a 16 GiB instance (g5.xlarge, g4dn.xlarge) after the ECS agent's share."
+  type        = number
+  default     = 14000
+}
+
+variable "ppo_gpus" {
+  description = "GPUs of a job of the cleanrl-ppo job definition (0 for a CPU queue; see default_queue_environment)."
+  type        = number
+  default     = 1
 }

@@ -1,10 +1,11 @@
 """A local AWS endpoint (moto_server on 127.0.0.1) for the cloud/ tests, and what they share.
 
 Run as a script it is the server itself: `python tests/cloud_fixtures.py PORT` starts moto's server with
-one fix for a moto 5.2 gap (below), so the tests talk to a real HTTP endpoint like the AWS CLI, boto3 and
+fixes for moto 5.2 gaps (below), so the tests talk to a real HTTP endpoint like the AWS CLI, boto3 and
 terraform's provider do.
 """
 
+import datetime
 import json
 import os
 import shutil
@@ -43,7 +44,7 @@ class MotoServer:
     def __init__(self, log_path: Path):
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, MOTO_IAM_LOAD_MANAGED_POLICIES="true")
+        env = dict(os.environ, MOTO_IAM_LOAD_MANAGED_POLICIES="true", CLEANRL_MOTO_RUNNING_QUEUES="cleanrl-queue")
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, __file__, str(self.port)], env=env, stdout=self._log, stderr=subprocess.STDOUT
@@ -114,7 +115,7 @@ def _patch_moto():
     # node_properties back, and every later plan wants to update it (seen with stock moto_server: "Plan: 0 to
     # add, 1 to change"), and submit.py could not copy the definition. Add the field back; a moto that already
     # returns it is left as it is.
-    from moto.batch.models import JobDefinition
+    from moto.batch.models import Job, JobDefinition
 
     original = JobDefinition.describe
 
@@ -125,6 +126,68 @@ def _patch_moto():
         return result
 
     JobDefinition.describe = describe
+
+    # moto 5.2 forgets a job queue's jobStateTimeLimitActions (CreateJobQueue ignores them, DescribeJobQueues has no
+    # such field), so every later plan of cloud/batch.tf would want to add them again. Keep and describe them.
+    from moto.batch.models import JobQueue
+    from moto.batch.responses import BatchResponse
+
+    create_queue, describe_queue = BatchResponse.createjobqueue, JobQueue.describe
+
+    def createjobqueue(self):
+        result = create_queue(self)
+        actions = self._get_param("jobStateTimeLimitActions")
+        if actions:
+            self.batch_backend.get_job_queue(self._get_param("jobQueueName")).time_limit_actions = actions
+        return result
+
+    def describe_with_actions(self):
+        return describe_queue(self) | {"jobStateTimeLimitActions": getattr(self, "time_limit_actions", [])}
+
+    BatchResponse.createjobqueue, JobQueue.describe = createjobqueue, describe_with_actions
+
+    # moto 5.2 copies the tags of a new launch template itself (TagSpecifications of ResourceType launch-template)
+    # into its launch data, where they mean tags for launched resources, which that type cannot be; terraform then
+    # sees a tag_specifications block nobody wrote and every later plan wants to remove it. Leave them out.
+    from moto.ec2.models.launch_templates import LaunchTemplateBackend
+
+    create_template = LaunchTemplateBackend.create_launch_template
+
+    def create_launch_template(self, name, description, template_data, tag_spec):
+        specs = [t for t in template_data.get("TagSpecifications", []) if t["ResourceType"] != "launch-template"]
+        return create_template(self, name, description, {**template_data, "TagSpecifications": specs}, tag_spec)
+
+    LaunchTemplateBackend.create_launch_template = create_launch_template
+
+    # Without Docker moto finishes every job (SUCCEEDED) inside SubmitJob, so a command that lists RUNNING jobs, as the
+    # CleanRL articles' `aws batch describe-jobs --jobs $(aws batch list-jobs --job-status RUNNING ...)` does, never
+    # finds one. Jobs of the queues named in CLEANRL_MOTO_RUNNING_QUEUES stay RUNNING (as a real training job would
+    # for hours) until terminate-job ends them (FAILED, as on AWS).
+    from moto.batch.utils import JobStatus
+    from moto.batch_simple.models import BatchSimpleBackend
+
+    running_queues = set(filter(None, os.environ.get("CLEANRL_MOTO_RUNNING_QUEUES", "").split(",")))
+    finish = BatchSimpleBackend._mark_job_as_finished
+
+    def mark_job(self, include_start_attempt, job):
+        if job.job_queue.name not in running_queues:
+            return finish(self, include_start_attempt, job)
+        self.backend._jobs[job.job_id] = job
+        job.job_started_at = datetime.datetime.now()
+        job.log_stream_name = job._stream_name
+        if include_start_attempt:
+            job._start_attempt()
+        job.status = JobStatus.RUNNING
+
+    BatchSimpleBackend._mark_job_as_finished = mark_job
+    terminate = Job.terminate
+
+    def stop(job, reason):
+        terminate(job, reason)
+        if job.status == JobStatus.RUNNING and job.job_queue.name in running_queues:
+            job._mark_stopped(success=False)
+
+    Job.terminate = stop
 
 
 if __name__ == "__main__":

@@ -176,10 +176,11 @@ def kill_after_first_checkpoint(script: str, args, cwd: Path, launcher=None) -> 
 
 
 def stop(proc: subprocess.Popen, sig: signal.Signals, timeout: float = 120) -> str:
-    """Send `sig`, wait for the process to end, which must be with exit status 0; its stdout."""
+    """Send `sig`, wait for the process to end, which must be with exit status 128 + sig (130 for SIGINT, 143 for
+    SIGTERM: the run saved its checkpoint and did not finish); its stdout."""
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, f"exit {proc.returncode} after {sig.name}\n{stdout[-2000:]}\n{stderr[-3000:]}"
+    assert proc.returncode == 128 + sig, f"exit {proc.returncode} after {sig.name}\n{stdout[-2000:]}\n{stderr[-3000:]}"
     return stdout
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -126,7 +127,11 @@ def cli_teardown(moto, state):
     state["torn_down"] = True
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     batch = boto(moto, "batch")
-    assert batch.describe_job_queues(jobQueues=["cleanrl-cpu-spot"])["jobQueues"] == []
+    assert batch.describe_job_queues(jobQueues=["cleanrl-cpu-spot", "cleanrl-queue"])["jobQueues"] == []
+    roles = {r["RoleName"] for r in boto(moto, "iam").list_roles()["Roles"]}
+    assert not roles & {"cleanrl-job", "cleanrl-execution", "cleanrl-batch-service", "cleanrl-batch-instance"}
+    # the runs bucket stays: it holds the results
+    assert "cleanrl-runs-123456789012-us-east-1" in {b["Name"] for b in boto(moto, "s3").list_buckets()["Buckets"]}
     assert batch.describe_compute_environments(computeEnvironments=["cleanrl-cpu-spot"])["computeEnvironments"] == []
     assert batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"] == []
 
@@ -163,11 +168,16 @@ def run_job_command(script: str, args: list[str], env: dict, fake_bin: Path) -> 
     )
 
 
+DURABLE = ["python", "/workspace/cloud/durable.py", "--"]  # the image's copy of the repository
+RESUMABLE = ["--save-model", "--checkpoint-frequency", "50", "--resume", "auto"]
+
+
 def test_single_job_command_passes_parameters_and_offsets_seed_by_array_index(fake_bin):
-    args = ["python cleanrl/ppo.py --capture-video --exp-name 'a b'", "ALE/Pong-v5", "100000", "3"]
+    args = ["python cleanrl/ppo.py --capture-video --exp-name 'a b'", "ALE/Pong-v5", "100000", "3", "50"]
     proc = run_job_command("single.sh", args, {}, fake_bin)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
+        *DURABLE,
         "python",
         "cleanrl/ppo.py",
         "--capture-video",
@@ -179,14 +189,51 @@ def test_single_job_command_passes_parameters_and_offsets_seed_by_array_index(fa
         "100000",
         "--seed",
         "3",
+        *RESUMABLE,
     ]
     # child 4 of an array job whose first seed is 3 runs seed 7
     proc = run_job_command("single.sh", args, {"AWS_BATCH_JOB_ARRAY_INDEX": "4"}, fake_bin)
-    assert proc.stdout.splitlines()[-2:] == ["--seed", "7"]
+    out = proc.stdout.splitlines()
+    assert out[out.index("--seed") + 1] == "7"
+
+
+@pytest.mark.parametrize(
+    "env_id, script",
+    [
+        ("PongNoFrameskip-v4", "ppo_atari.py"),
+        ("ALE/Breakout-v5", "ppo_atari.py"),
+        ("HalfCheetah-v5", "ppo_continuous_action.py"),
+        ("Humanoid-v5", "ppo_continuous_action.py"),
+        ("Pendulum-v1", "ppo_continuous_action.py"),
+        ("CartPole-v1", "ppo.py"),
+        ("Acrobot-v1", "ppo.py"),
+    ],
+)
+def test_ppo_job_command_picks_the_script_for_the_env_id(fake_bin, env_id, script):
+    args = [env_id, "50000000", "1", "50", "--progress-interval 60 --exp-name 'a b'"]
+    proc = run_job_command("ppo.sh", args, {"AWS_BATCH_JOB_ARRAY_INDEX": "2"}, fake_bin)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        *DURABLE,
+        "python",
+        f"/workspace/cleanrl/{script}",
+        "--env-id",
+        env_id,
+        "--total-timesteps",
+        "50000000",
+        "--seed",
+        "3",
+        *RESUMABLE,
+        "--progress-interval",
+        "60",
+        "--exp-name",
+        "a b",
+    ]
+    assert (ROOT / "cleanrl" / script).is_file()
 
 
 def test_multinode_job_command_builds_torchrun_from_batch_variables(fake_bin):
-    args = ["cleanrl/ppo_atari_multigpu.py --num-envs 8", "BreakoutNoFrameskip-v4", "1000", "5", "gpu"]
+    args = ["cleanrl/ppo_atari_multigpu.py --num-envs 8", "BreakoutNoFrameskip-v4", "1000", "5", "gpu", "50"]
     child = {
         "AWS_BATCH_JOB_NODE_INDEX": "2",
         "AWS_BATCH_JOB_NUM_NODES": "3",
@@ -196,6 +243,7 @@ def test_multinode_job_command_builds_torchrun_from_batch_variables(fake_bin):
     proc = run_job_command("multinode.sh", args, child, fake_bin)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
+        *DURABLE,
         "torchrun",
         "--nnodes",
         "3",
@@ -207,6 +255,8 @@ def test_multinode_job_command_builds_torchrun_from_batch_variables(fake_bin):
         "10.1.2.3",
         "--master-port",
         "29500",
+        "--rdzv-conf",
+        "timeout=1800",
         "cleanrl/ppo_atari_multigpu.py",
         "--num-envs",
         "8",
@@ -216,6 +266,7 @@ def test_multinode_job_command_builds_torchrun_from_batch_variables(fake_bin):
         "1000",
         "--seed",
         "5",
+        *RESUMABLE,
     ]
     # The main node has no AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS: it uses an address of its own.
     main = {k: v for k, v in child.items() if k != "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"}
@@ -242,8 +293,29 @@ def test_example_job_definitions_embed_the_job_commands():
         "Ref::envId",
         "Ref::totalTimesteps",
         "Ref::seed",
+        "Ref::checkpointFrequency",
     ]
-    assert set(single["parameters"]) == {"script", "envId", "totalTimesteps", "seed"}
+    assert set(single["parameters"]) == {"script", "envId", "totalTimesteps", "seed", "checkpointFrequency"}
+    ppo = json.loads((EXAMPLES / "job_definition_ppo.json").read_text())
+    assert ppo["jobDefinitionName"] == "cleanrl-ppo"
+    assert ppo["containerProperties"]["command"] == [
+        "bash",
+        "-c",
+        (CLOUD / "jobs" / "ppo.sh").read_text(),
+        "Ref::envId",
+        "Ref::totalTimesteps",
+        "Ref::seed",
+        "Ref::checkpointFrequency",
+        "Ref::extraArgs",
+    ]
+    assert {"envId", "totalTimesteps"} <= set(ppo["parameters"])
+    for definition in (single, ppo):
+        assert definition["retryStrategy"]["evaluateOnExit"][:2] == [
+            {"onStatusReason": "Host EC2*", "action": "RETRY"},
+            {"onExitCode": "143", "action": "RETRY"},
+        ]
+        environment = {e["name"]: e["value"] for e in definition["containerProperties"]["environment"]}
+        assert environment["CLEANRL_RUNS_S3"] == "s3://cleanrl-runs-111122223333-us-east-1/runs"
     multi = json.loads((EXAMPLES / "job_definition_multinode.json").read_text())
     container = multi["nodeProperties"]["nodeRangeProperties"][0]["container"]
     assert container["command"] == [
@@ -255,11 +327,150 @@ def test_example_job_definitions_embed_the_job_commands():
         "Ref::totalTimesteps",
         "Ref::seed",
         "Ref::nprocPerNode",
+        "Ref::checkpointFrequency",
     ]
-    assert set(multi["parameters"]) == {"script", "envId", "totalTimesteps", "seed", "nprocPerNode"}
+    assert set(multi["parameters"]) == {"script", "envId", "totalTimesteps", "seed", "nprocPerNode"} | {
+        "checkpointFrequency"
+    }
+    assert container["linuxParameters"]["sharedMemorySize"] >= 8192
+    environment = {e["name"]: e["value"] for e in container["environment"]}
+    assert environment["NCCL_SOCKET_IFNAME"] == "^lo,docker,ecs"
     # terraform reads the same files
     tf = (CLOUD / "job_definitions.tf").read_text()
-    assert 'file("${path.module}/jobs/single.sh")' in tf and 'file("${path.module}/jobs/multinode.sh")' in tf
+    for name in ("single", "ppo", "multinode"):
+        assert f'file("${{path.module}}/jobs/{name}.sh")' in tf
+
+
+# ---------------------------------------------------------------------------------------------------
+# A Spot reclaim, simulated: the job command for real (no Docker), its runs/ in S3 at the endpoint
+
+# ppo.py on CartPole: 4 envs x 32 steps = 128 steps an iteration, 40 iterations, a checkpoint after each
+SPOT_TOTAL = "5120"
+SPOT_EXTRA = "--num-steps 32 --eval-episodes 1 --no-progress"
+
+
+def s3_files(moto, bucket: str, prefix: str) -> dict[str, bytes]:
+    s3 = boto(moto, "s3")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+    return {k[len(prefix) :]: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+
+
+def start_attempt(moto, cwd: Path, job_id: str, bucket: str, sync_seconds: str) -> subprocess.Popen:
+    """One attempt of a `cleanrl-ppo` job, as Batch starts it: `bash -c <jobs/ppo.sh> ENV_ID TOTAL SEED FREQ EXTRA`,
+    with the job's id and the bucket of the job definition's environment; the code is this checkout."""
+    env = aws_env(
+        moto.endpoint,
+        AWS_BATCH_JOB_ID=job_id,
+        CLEANRL_RUNS_S3=f"s3://{bucket}/runs",
+        CLEANRL_CODE=str(ROOT),
+        CLEANRL_SYNC_SECONDS=sync_seconds,
+        WANDB_MODE="offline",
+        PYTHONUNBUFFERED="1",
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    )
+    args = ["CartPole-v1", SPOT_TOTAL, "1", "1", SPOT_EXTRA]
+    return subprocess.Popen(
+        ["bash", "-c", (CLOUD / "jobs" / "ppo.sh").read_text(), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_spot_interruption_resumes_from_s3_and_equals_an_uninterrupted_run(moto, tmp_path):
+    from tests.helpers import assert_same_run, load, run_script, single_run_dir, wait_until
+
+    bucket, job_id = "spot-runs", "6f1c9a52-0d4e-4b7a-9a57-1f2e3d4c5b6a"
+    boto(moto, "s3").create_bucket(Bucket=bucket)
+    folder = f"runs/{job_id}/"
+
+    # attempt 1: SIGTERM (what Batch sends on a Spot reclaim) once a checkpoint has been uploaded by the periodic sync
+    first = tmp_path / "attempt1"
+    first.mkdir()
+    proc = start_attempt(moto, first, job_id, bucket, sync_seconds="0.5")
+    wait_until(
+        lambda: any(k.endswith("/checkpoint.pt") for k in s3_files(moto, bucket, folder)),
+        proc,
+        "a checkpoint uploaded to S3",
+        timeout=180,
+    )
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, f"exit {proc.returncode}\n{out[-2000:]}\n{err[-3000:]}"
+    assert "SIGTERM: stopped after global step" in out and "nothing to restore, a first attempt" in err
+    run_dir = single_run_dir(first)
+    stopped = load(run_dir / "checkpoint.pt")
+    assert not stopped["finished"], "the run finished before the signal; the test did not test a resume"
+    # the last upload came after the exit: S3 holds the run as the attempt left it, byte for byte
+    uploaded = s3_files(moto, bucket, folder)
+    local = {p.relative_to(first).as_posix(): p.read_bytes() for p in first.rglob("*") if p.is_file()}
+    assert uploaded == local and f"runs/{run_dir.name}/checkpoint.pt" in uploaded
+
+    # attempt 2, on another machine: an empty directory; it restores, resumes and finishes. No periodic upload
+    # within the test: what S3 holds of this attempt afterwards, the last upload (after the run's exit) put there.
+    second = tmp_path / "attempt2"
+    second.mkdir()
+    proc = start_attempt(moto, second, job_id, bucket, sync_seconds="3600")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, f"{out[-2000:]}\n{err[-3000:]}"
+    assert f"restored {len(uploaded)} files of an earlier attempt" in err
+    assert f"resuming {run_dir.name} after iteration {stopped['iteration']}" in out
+    resumed = single_run_dir(second)
+    assert resumed.name == run_dir.name and load(resumed / "checkpoint.pt")["finished"]
+    final = s3_files(moto, bucket, folder)
+    assert final == {p.relative_to(second).as_posix(): p.read_bytes() for p in second.rglob("*") if p.is_file()}
+    assert f"runs/{run_dir.name}/ppo.cleanrl_model" in final
+
+    # the same command without interruption (and without the job machinery): the same parameters and curves
+    plain = tmp_path / "uninterrupted"
+    plain.mkdir()
+    flags = ["--env-id", "CartPole-v1", "--total-timesteps", SPOT_TOTAL, "--seed", "1", "--save-model"]
+    run_script("ppo.py", *flags, "--checkpoint-frequency", "1", "--resume", "auto", *SPOT_EXTRA.split(), cwd=plain)
+    assert_same_run(single_run_dir(plain), resumed)
+
+
+def test_a_batch_job_id_is_the_w_and_b_run_id(tmp_path, monkeypatch):
+    """--track in an AWS Batch job: the W&B run id is the job id, the same in every attempt, so the attempts of a
+    retried job continue one W&B run; a node of a multi-node job (`#N`) is its job, an array child its own run."""
+    from runtime import wandb_run_id
+    from tests.helpers import run_script, script_env
+
+    cases = [("6f1c9a52", "6f1c9a52"), ("6f1c9a52#1", "6f1c9a52"), ("6f1c9a52:7", "6f1c9a52-7"), ("", None)]
+    for job_id, run_id in cases:
+        monkeypatch.setenv("AWS_BATCH_JOB_ID", job_id)
+        assert wandb_run_id() == run_id, job_id
+    env = script_env(AWS_BATCH_JOB_ID="6f1c9a52-0d4e#0", WANDB_MODE="offline", WANDB_DIR=str(tmp_path))
+    flags = ["--num-steps", "32", "--total-timesteps", "128", "--track", "--no-progress"]
+    run_script("ppo.py", *flags, cwd=tmp_path, env=env)
+    # offline, W&B writes wandb/offline-run-<time>-<run id>
+    (run,) = (tmp_path / "wandb").glob("offline-run-*")
+    assert run.name.endswith("-6f1c9a52-0d4e"), run.name
+
+
+def test_durable_bad_input_fails_in_one_line(tmp_path):
+    script = str(CLOUD / "durable.py")
+    for env, message in [
+        ({"CLEANRL_RUNS_S3": "bucket/x", "AWS_BATCH_JOB_ID": "j"}, "CLEANRL_RUNS_S3 must look like s3://BUCKET/PREFIX"),
+        ({"CLEANRL_RUNS_S3": "s3://b/x"}, "CLEANRL_RUNS_S3 is set but AWS_BATCH_JOB_ID is not"),
+        ({"CLEANRL_SYNC_SECONDS": "0"}, "CLEANRL_SYNC_SECONDS must be a positive number"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, script, "--", "true"],
+            cwd=tmp_path,
+            env=aws_env("http://127.0.0.1:9", **env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), proc.stderr
+    # no bucket: the command just runs, and its exit status is the job's
+    proc = subprocess.run(
+        [sys.executable, script, "--", "sh", "-c", "exit 7"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 7 and "CLEANRL_RUNS_S3 is not set" in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -279,12 +490,19 @@ def test_dockerfile_passes_hadolint():
 def test_dockerfile_layers_and_no_secrets():
     text = (ROOT / "Dockerfile").read_text()
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert lines[0].startswith("FROM nvidia/cuda:") and "runtime" in lines[0]
+    # a plain Python base: the torch wheel brings its CUDA libraries, a CUDA base image would hold them twice
+    assert re.fullmatch(r"FROM python:3\.\d+-slim-\w+", lines[0]), lines[0]
     copies = [i for i, line in enumerate(lines) if line.startswith("COPY")]
     # dependencies are installed from pyproject.toml before the sources are copied (cache survives script edits)
     install = next(i for i, line in enumerate(lines) if 'pip install ".[' in line)
     assert lines[copies[0]].startswith("COPY pyproject.toml") and copies[0] < install < copies[-1]
     assert lines[copies[-1]] == "COPY . ."
+    # the jobs do not run as root: the last USER is an unprivileged one, and it comes before the entrypoint
+    users = [i for i, line in enumerate(lines) if line.startswith("USER ")]
+    assert users and lines[users[-1]] not in ("USER root", "USER 0") and users[-1] < lines.index(
+        next(line for line in lines if line.startswith("ENTRYPOINT"))
+    )
+    assert "cloud]" in lines[install]  # boto3 for cloud/durable.py
     assert "xvfb" in text and "tini" in text
     assert not re.search(r"^\s*(ENV|ARG)\b.*(WANDB|AWS_|KEY|SECRET|TOKEN|PASSWORD)", text, re.MULTILINE | re.IGNORECASE)
     ignored = (ROOT / ".dockerignore").read_text().split()
@@ -353,8 +571,12 @@ def tf_background(moto, tmp_path_factory):
     module.mkdir()
     for f in CLOUD.glob("*.tf"):
         shutil.copy(f, module)
+    # the committed lock file: init must accept it as it is (the mirror's package matches its hash)
+    shutil.copy(CLOUD / ".terraform.lock.hcl", module)
     shutil.copytree(CLOUD / "jobs", module / "jobs")
     net = network(moto, "10.30.0.0/16")
+    # the W&B key, kept in Secrets Manager as docs/cloud.md says
+    secret = boto(moto, "secretsmanager").create_secret(Name="tftest/wandb", SecretString=SECRET)["ARN"]
     (module / "terraform.tfvars.json").write_text(
         json.dumps(
             {
@@ -364,6 +586,7 @@ def tf_background(moto, tmp_path_factory):
                 "subnet_ids": [net["subnet"]],
                 "cpu_max_vcpus": 32,
                 "gpu_instance_types": ["g5.xlarge"],
+                "wandb_secret_arn": secret,
             }
         )
     )
@@ -374,7 +597,7 @@ def tf_background(moto, tmp_path_factory):
         f" && {tf} apply -auto-approve -input=false -no-color > {work}/apply.log 2>&1"
     )
     proc = subprocess.Popen(["bash", "-c", steps], env=env)
-    state = {"binary": binary, "module": module, "env": env, "work": work, "proc": proc}
+    state = {"binary": binary, "module": module, "env": env, "work": work, "proc": proc, "secret": secret}
     yield state
     for running in (proc, state.get("destroy")):
         if running is not None and running.poll() is None:
@@ -400,11 +623,51 @@ def terraform(state, *args: str, ok=(0,)) -> subprocess.CompletedProcess:
 # The AWS CLI commands of the docs
 
 
-def test_docs_cli_commands_run(cli_infra, moto):
-    """cloud/examples/setup.sh ran in the fixture; submit.sh is the docs' submit/describe/list/terminate."""
+ARTICLE_COMMANDS = [
+    "aws batch submit-job --job-name cleanrl-ppo-experiment --job-queue cleanrl-queue --job-definition cleanrl-ppo:1 "
+    "--parameters envId=PongNoFrameskip-v4,totalTimesteps=50000000",
+    "aws batch describe-jobs --jobs $(aws batch list-jobs --job-queue cleanrl-queue --job-status RUNNING "
+    "--query 'jobSummaryList[*].jobId' --output text)",
+]
+
+
+def test_docs_cli_commands_run(cli_infra, moto, fake_bin):
+    """cloud/examples/setup.sh ran in the fixture; submit.sh is the docs' submit/describe/list/terminate, and starts
+    with the CleanRL articles' two commands, verbatim. (moto keeps the jobs of cleanrl-queue RUNNING: see
+    tests/cloud_fixtures.py.)"""
+    text = (EXAMPLES / "submit.sh").read_text()
+    docs = (ROOT / "docs" / "cloud.md").read_text()
+    for command in ARTICLE_COMMANDS:
+        assert command in text.splitlines() and command in docs.splitlines(), command
     proc = run_cli_file(moto, "submit.sh", cli_infra["work"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     batch = boto(moto, "batch")
+    # the articles' job: described by the second command (JSON on stdout), on revision 1 of cleanrl-ppo
+    # stdout: submit-job's JSON, then describe-jobs' JSON, then the text of the other commands
+    decoder, rest, printed = json.JSONDecoder(), proc.stdout, []
+    while len(printed) < 2:
+        obj, end = decoder.raw_decode(rest[rest.index("{") :])
+        printed.append(obj)
+        rest = rest[rest.index("{") + end :]
+    submitted, described = printed[0], printed[1]["jobs"]
+    assert submitted["jobName"] == "cleanrl-ppo-experiment"
+    (article,) = [j for j in described if j["jobId"] == submitted["jobId"]]
+    assert article["status"] == "RUNNING" and article["jobQueue"].endswith("job-queue/cleanrl-queue")
+    assert article["jobDefinition"].endswith("job-definition/cleanrl-ppo:1")
+    assert article["parameters"]["envId"] == "PongNoFrameskip-v4"
+    assert article["parameters"]["totalTimesteps"] == "50000000"
+    # what the container of that job runs: the job definition's command with each Ref::NAME replaced by the job's
+    # parameter NAME, which Batch does when it starts the container (moto describes the command unfilled)
+    command = article["container"]["command"]
+    assert command[:2] == ["bash", "-c"] and command[2] == (CLOUD / "jobs" / "ppo.sh").read_text()
+    filled = [article["parameters"][w[5:]] if w.startswith("Ref::") else w for w in command]
+    assert filled[3:5] == ["PongNoFrameskip-v4", "50000000"]
+    started = subprocess.run(
+        filled, env={"PATH": f"{fake_bin}:{os.environ['PATH']}"}, capture_output=True, text=True, timeout=30
+    )
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.splitlines()[3:5] == ["python", "/workspace/cleanrl/ppo_atari.py"]
+    batch.terminate_job(jobId=article["jobId"], reason="test over")
     # array children (id:index) carry their parent's name; keep the jobs the commands submitted
     jobs = {
         j["jobName"]: j
@@ -417,6 +680,7 @@ def test_docs_cli_commands_run(cli_infra, moto):
         "envId": "CartPole-v1",
         "totalTimesteps": "500000",
         "seed": "1",
+        "checkpointFrequency": "50",
     }
     assert one["statusReason"] == "stopped by hand"  # terminate-job reached the job
     array = batch.describe_jobs(jobs=[jobs["cleanrl-ppo-Acrobot-v1-s1-10"]["jobId"]])["jobs"][0]
@@ -591,6 +855,7 @@ def test_submit_one_job_per_script_env_and_seed(cli_infra, aws, capsys, monkeypa
         "envId": "ALE/Pong-v5",
         "totalTimesteps": "1000",
         "seed": "2",
+        "checkpointFrequency": "50",  # the job definition's default
     }
     assert job["jobQueue"].endswith("job-queue/cleanrl-cpu-spot")
     # moto does not apply resourceRequirements overrides to what it describes: check what was sent
@@ -599,7 +864,12 @@ def test_submit_one_job_per_script_env_and_seed(cli_infra, aws, capsys, monkeypa
     ] == [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "8192"}]
     assert job["timeout"] == {"attemptDurationSeconds": 600}
     # W&B credentials travel in the job's environment (next to the definition's own variables)
-    assert env_of(job) == {"WANDB_API_KEY": SECRET, "WANDB_ENTITY": "my-team", "PYTHONUNBUFFERED": "1"}
+    assert env_of(job) == {
+        "WANDB_API_KEY": SECRET,
+        "WANDB_ENTITY": "my-team",
+        "PYTHONUNBUFFERED": "1",
+        "CLEANRL_RUNS_S3": "s3://cleanrl-runs-123456789012-us-east-1/runs",  # the job definition's
+    }
 
     # wait: every job reaches a terminal status; the summary goes to stdout, progress to stderr
     statuses = cli("wait", *ids, "--poll-seconds", "0.2", "--timeout-minutes", "2")
@@ -669,7 +939,12 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
             {
                 "targetNodes": "0:",
                 "containerOverrides": {
-                    "resourceRequirements": [{"type": "GPU", "value": "2"}],
+                    # 2 GPUs a node: 8 vCPUs and 28000 MiB per GPU unless --vcpus/--memory say otherwise
+                    "resourceRequirements": [
+                        {"type": "VCPU", "value": "16"},
+                        {"type": "MEMORY", "value": "56000"},
+                        {"type": "GPU", "value": "2"},
+                    ],
                     "environment": [{"name": "WANDB_API_KEY", "value": SECRET}],
                 },
             }
@@ -682,6 +957,7 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
         "totalTimesteps": "2000",
         "seed": "4",
         "nprocPerNode": "2",
+        "checkpointFrequency": "50",  # the job definition's default
     }
     definition = batch.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"][0]
     assert definition["jobDefinitionName"] == "cleanrl-multinode" and definition["revision"] >= 2
@@ -797,10 +1073,14 @@ def test_build_push_submit_writes_no_secret(cli_infra, aws, tmp_path, fake_docke
         ["build", "--platform", "linux/amd64", "-f", str(ROOT / "Dockerfile"), "-t", image, str(ROOT)],
         ["login", "--username", "AWS", "--password-stdin", auth["proxyEndpoint"]],
         ["push", image],
+        # :latest too: what the job definitions run, and what `submit --no-build` without --image pulls
+        ["tag", image, f"{repo['repositoryUri']}:latest"],
+        ["push", f"{repo['repositoryUri']}:latest"],
     ]
     assert calls[1]["stdin_sha256"] == hashlib.sha256(password.encode()).hexdigest()  # password on stdin, not argv
     # login and push share a private DOCKER_CONFIG in memory (/dev/shm), deleted afterwards
-    assert calls[1]["docker_config"] == calls[2]["docker_config"] and calls[1]["config_exists"]
+    assert calls[1]["docker_config"] == calls[2]["docker_config"] == calls[4]["docker_config"]
+    assert calls[1]["config_exists"]
     assert calls[1]["docker_config"].startswith("/dev/shm/") and not os.path.exists(calls[1]["docker_config"])
 
     job = describe_all(aws, [job_id])[job_id]
@@ -831,27 +1111,74 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     }
     assert returncode == 0, "\n".join(f"--- terraform {k}\n{v[-4000:]}" for k, v in logs.items())
     assert "Installing hashicorp/aws v5.100.0" in logs["init"]  # from the filesystem mirror, offline
+    assert "Reusing previous version of hashicorp/aws from the dependency lock file" in logs["init"]
+    assert (tf_env["module"] / ".terraform.lock.hcl").read_text() == (CLOUD / ".terraform.lock.hcl").read_text()
     assert "Success! The configuration is valid." in logs["validate"]
     assert "Apply complete!" in logs["apply"]
     out = json.loads(terraform(tf_env, "output", "-json").stdout)
     assert out["job_queues"]["value"] == {
-        k: f"tftest-{k}" for k in ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot")
+        **{k: f"tftest-{k}" for k in ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot", "gpu-multinode")},
+        "default": "tftest-queue",  # cleanrl-queue with the default name_prefix
     }
     assert out["single_job_definition"]["value"] == "tftest-single"
+    assert out["ppo_job_definition"]["value"] == "tftest-ppo"
     assert out["multinode_job_definition"]["value"] == "tftest-multinode"
+    bucket = out["runs_bucket"]["value"]
+    assert bucket == "tftest-runs-123456789012-us-east-1"
 
     # What AWS now holds, read back through the API rather than terraform's state.
     batch = boto(moto, "batch")
     envs = {
         e["computeEnvironmentName"]: e
         for e in batch.describe_compute_environments(
-            computeEnvironments=[f"tftest-{k}" for k in out["job_queues"]["value"]]
+            computeEnvironments=[f"tftest-{k}" for k in out["compute_environments"]["value"]]
         )["computeEnvironments"]
     }
     assert envs["tftest-cpu-spot"]["computeResources"]["type"] == "SPOT"
     assert envs["tftest-gpu-ondemand"]["computeResources"]["type"] == "EC2"
     assert envs["tftest-gpu-ondemand"]["computeResources"]["instanceTypes"] == ["g5.xlarge"]
     assert envs["tftest-cpu-ondemand"]["computeResources"]["maxvCpus"] == 32
+    # two 8-GPU nodes fit: 384 vCPUs, 8-GPU instance types, On-Demand
+    multinode_env = envs["tftest-gpu-multinode"]["computeResources"]
+    assert multinode_env["type"] == "EC2" and multinode_env["maxvCpus"] == 384
+    assert sorted(multinode_env["instanceTypes"]) == ["g5.48xlarge", "g6e.48xlarge", "p4d.24xlarge"]
+    # tags reach the instances; every instance boots from the one launch template
+    assert all(env["computeResources"]["tags"]["project"] == "cleanrl" for env in envs.values())
+    (template_id,) = {env["computeResources"]["launchTemplate"]["launchTemplateId"] for env in envs.values()}
+    ec2 = boto(moto, "ec2")
+    version = ec2.describe_launch_template_versions(LaunchTemplateId=template_id)["LaunchTemplateVersions"]
+    root = version[-1]["LaunchTemplateData"]["BlockDeviceMappings"][0]
+    assert root["DeviceName"] == "/dev/xvda" and root["Ebs"]["VolumeSize"] == 200 and root["Ebs"]["Encrypted"]
+    queues = {
+        q["jobQueueName"]: q
+        for q in batch.describe_job_queues(jobQueues=list(out["job_queues"]["value"].values()))["jobQueues"]
+    }
+    assert queues["tftest-queue"]["computeEnvironmentOrder"][0]["computeEnvironment"].endswith("/tftest-gpu-spot")
+    for queue in queues.values():  # a job that can never be placed is cancelled, not RUNNABLE forever
+        assert {a["reason"] for a in queue["jobStateTimeLimitActions"]} == {
+            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
+            "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
+        }
+        assert {(a["action"], a["state"], a["maxTimeSeconds"]) for a in queue["jobStateTimeLimitActions"]} == {
+            ("CANCEL", "RUNNABLE", 1800)
+        }
+
+    # the runs bucket: encrypted, versioned, not public, old versions expire; the job role reaches runs/* only
+    s3 = boto(moto, "s3")
+    rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    assert set(s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"].values()) == {True}
+    (lifecycle,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
+    iam = boto(moto, "iam")
+    policy = iam.get_role_policy(RoleName="tftest-job", PolicyName="runs-bucket")["PolicyDocument"]
+    resources = set()
+    for statement in policy["Statement"]:
+        resources |= set([statement["Resource"]] if isinstance(statement["Resource"], str) else statement["Resource"])
+    assert resources == {f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/runs/*"}
+    secret_policy = iam.get_role_policy(RoleName="tftest-execution", PolicyName="wandb-secret")["PolicyDocument"]
+    assert secret_policy["Statement"][0]["Resource"] == tf_env["secret"]
     single = batch.describe_job_definitions(jobDefinitionName="tftest-single", status="ACTIVE")["jobDefinitions"][0]
     repo = boto(moto, "ecr").describe_repositories(repositoryNames=["tftest"])["repositories"][0]
     props = single["containerProperties"]
@@ -861,13 +1188,33 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     )
     assert props["logConfiguration"]["options"]["awslogs-group"] == "/aws/batch/tftest"
     assert single["parameters"] == json.loads((EXAMPLES / "job_definition.json").read_text())["parameters"]
-    retry = single["retryStrategy"]["evaluateOnExit"][0]  # the provider sends the action lower-cased
-    assert retry["onStatusReason"] == "Host EC2*" and retry["action"].upper() == "RETRY"
+    retry = single["retryStrategy"]["evaluateOnExit"]  # the provider sends the action lower-cased
+    assert retry[0]["onStatusReason"] == "Host EC2*" and retry[0]["action"].upper() == "RETRY"
+    assert retry[1]["onExitCode"] == "143" and retry[1]["action"].upper() == "RETRY"
+    assert retry[2]["onReason"] == "*" and retry[2]["action"].upper() == "EXIT"
+    assert props["jobRoleArn"].endswith(":role/tftest-job")
+    assert props["executionRoleArn"].endswith(":role/tftest-execution")
+    assert props["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": tf_env["secret"]}]
+    assert {"name": "CLEANRL_RUNS_S3", "value": f"s3://{bucket}/runs"} in props["environment"]
+    # the articles' job definition, as in cloud/examples/job_definition_ppo.json
+    ppo = batch.describe_job_definitions(jobDefinitionName="tftest-ppo", status="ACTIVE")["jobDefinitions"][0]
+    example = json.loads((EXAMPLES / "job_definition_ppo.json").read_text())
+    assert ppo["revision"] == 1 and ppo["parameters"] == example["parameters"]
+    assert ppo["containerProperties"]["command"] == example["containerProperties"]["command"]
+    assert {"type": "GPU", "value": "1"} in ppo["containerProperties"]["resourceRequirements"]
     multi = batch.describe_job_definitions(jobDefinitionName="tftest-multinode", status="ACTIVE")["jobDefinitions"][0]
     node = multi["nodeProperties"]["nodeRangeProperties"][0]["container"]
     assert multi["type"] == "multinode" and multi["nodeProperties"]["numNodes"] == 2
     assert node["command"][2] == (CLOUD / "jobs" / "multinode.sh").read_text()
-    assert {"type": "GPU", "value": "1"} in node["resourceRequirements"]
+    # 8 GPUs a node, with vCPUs and memory for 8, a large /dev/shm, NCCL off lo/docker/ecs, a long rendezvous
+    assert sorted(node["resourceRequirements"], key=lambda r: r["type"]) == [
+        {"type": "GPU", "value": "8"},
+        {"type": "MEMORY", "value": "224000"},
+        {"type": "VCPU", "value": "64"},
+    ]
+    assert node["linuxParameters"]["sharedMemorySize"] == 16384
+    environment = {e["name"]: e["value"] for e in node["environment"]}
+    assert environment["NCCL_SOCKET_IFNAME"] == "^lo,docker,ecs" and environment["CLEANRL_RDZV_TIMEOUT"] == "1800"
     groups = boto(moto, "logs").describe_log_groups(logGroupNamePrefix="/aws/batch/tftest")["logGroups"]
     assert [g["logGroupName"] for g in groups] == ["/aws/batch/tftest"]
 
@@ -905,9 +1252,11 @@ def test_terraform_destroy(tf_background, moto):
     log = (tf_env["work"] / "destroy.log").read_text()
     assert returncode == 0 and "Destroy complete!" in log, log[-4000:]
     batch = boto(moto, "batch")
-    queues = [f"tftest-{k}" for k in ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot")]
-    assert batch.describe_job_queues(jobQueues=queues)["jobQueues"] == []
+    kinds = ("cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-spot", "gpu-multinode")
+    queues = [f"tftest-{k}" for k in kinds]
+    assert batch.describe_job_queues(jobQueues=queues + ["tftest-queue"])["jobQueues"] == []
     assert batch.describe_compute_environments(computeEnvironments=queues)["computeEnvironments"] == []
+    assert "tftest-runs-123456789012-us-east-1" not in {b["Name"] for b in boto(moto, "s3").list_buckets()["Buckets"]}
     assert not [r for r in boto(moto, "iam").list_roles()["Roles"] if r["RoleName"].startswith("tftest-")]
     assert not [
         g for g in boto(moto, "logs").describe_log_groups()["logGroups"] if g["logGroupName"] == "/aws/batch/tftest"

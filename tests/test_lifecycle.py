@@ -1,6 +1,6 @@
 """The run lifecycle (docs/saving-resuming.md), every run a real subprocess: kill -9 then resume (bit-identical to an
 uninterrupted run where the environments' state is saved, else the same run continued with episodes restarted),
-SIGTERM/SIGINT (a checkpoint and exit 0), --eval-only, the non-finite stop, what a checkpoint holds, and bad input.
+SIGTERM/SIGINT (a checkpoint, exit 143/130), --eval-only, the non-finite stop, what a checkpoint holds, and bad input.
 
 The runs several tests look at are made once per pytest run, by whichever test process asks first (the `resumed`
 and `stopped` fixtures, through tests/helpers.py's `once`): a run killed after its first checkpoint and resumed to
@@ -503,9 +503,9 @@ def test_a_plain_run_resumes_with_compile(resumed, workdir):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# SIGTERM and SIGINT: a checkpoint at the next safe point, exit 0
+# SIGTERM and SIGINT: a checkpoint at the next safe point, exit 128 + signal (143, 130)
 @pytest.mark.parametrize("row", script_params(list(STOPS)))
-def test_sigterm_saves_a_loadable_checkpoint_and_exits_0(row, stopped):
+def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(row, stopped):
     case, run = STOPS[row.name], stopped(row.name)
     run_dir = Path(run["run_dir"])
     checkpoint = load(run_dir / "checkpoint.pt")  # weights_only: the whole checkpoint is plain tensors and values

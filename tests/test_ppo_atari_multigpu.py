@@ -219,6 +219,62 @@ def test_two_nodes_on_one_machine_finish_together(workdir):
     assert [s for s, _ in scalars["losses/policy_loss"]] == [64, 128]
 
 
+def start_nodes(dirs, args) -> list[subprocess.Popen]:
+    """Two torchrun agents on loopback as on two machines, each in its own working directory (no shared runs/)."""
+    common = ["--nnodes=2", "--nproc_per_node=1", "--master-addr=127.0.0.1", f"--master-port={free_port()}"]
+    return [
+        subprocess.Popen(
+            torchrun(*common, f"--node-rank={node}") + [str(ROOT / "cleanrl" / SCRIPT), *args],
+            cwd=cwd,
+            env=script_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node, cwd in enumerate(dirs)
+    ]
+
+
+def test_two_nodes_without_a_shared_runs_directory_resume_from_node_0(tmp_path):
+    # As a retried multi-node AWS Batch job: node 0 has runs/ (restored from S3), node 1 an empty directory. Rank 0
+    # reads the checkpoint and broadcasts it; if rank 1 started afresh instead, its Adam state (and its iteration
+    # count) would differ from rank 0's and the replicas' checksums would differ at the end (or the job would hang).
+    dirs = [tmp_path / "node0", tmp_path / "node1"]
+    for d in dirs:
+        d.mkdir()
+    iterations = 12  # 4 envs x 16 steps = 64 global steps an iteration
+    args = [*TINY, "--total-timesteps", str(64 * iterations), "--save-model", "--checkpoint-frequency", "1",
+            "--resume", "auto", "--eval-episodes", "1", "--eval-max-frames", "200"]
+    procs = start_nodes(dirs, args)
+    deadline = time.time() + TIMEOUT
+    while not list(dirs[0].glob("runs/*/checkpoint.pt")):
+        assert time.time() < deadline and all(p.poll() is None for p in procs), "no checkpoint on node 0"
+        time.sleep(0.05)
+    for p in procs:  # AWS Batch stops every node's container with SIGTERM
+        p.send_signal(signal.SIGTERM)
+    outputs = [p.communicate(timeout=TIMEOUT) for p in procs]
+    assert "SIGTERM: stopped after global step" in outputs[0][0], outputs[0][1][-3000:]
+    (checkpoint,) = dirs[0].glob("runs/*/checkpoint.pt")
+    stopped = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert not stopped["finished"], "the run finished before the signal; the test did not test a resume"
+    assert not (dirs[1] / "runs").exists()
+
+    procs = start_nodes(dirs, args)
+    outputs = [p.communicate(timeout=TIMEOUT + 30) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, f"{out[-2000:]}\n{err[-3000:]}"
+    assert f"resuming {checkpoint.parent.name} after iteration {stopped['iteration']}" in outputs[0][0]
+    sums = checksums(outputs[0][0])
+    assert set(sums) == {0, 1} and sums[0] == sums[1], "the replicas are not bit-identical"
+    final = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert final["finished"] and final["global_step"] == 64 * iterations
+    # Adam of the whole run on the ranks: 2 epochs x 2 minibatches a update, every update once
+    assert {int(s["step"]) for s in final["optimizer"]["state"].values()} == {4 * iterations}
+    assert not (dirs[1] / "runs").exists(), "a rank other than 0 wrote runs/"
+    scalars = read_scalars(checkpoint.parent)
+    assert [s for s, _ in scalars["losses/policy_loss"]] == [64 * i for i in range(1, iterations + 1)]
+
+
 # ---- the scaling benchmark's reading of an event file ----
 
 

@@ -1,5 +1,9 @@
 # Submit and follow jobs with the plain AWS CLI (cloud/submit.py does the same and more).
 set -euo pipefail
+# The commands of the CleanRL distributed-training articles, as typed there: one PPO run on Pong (cleanrl-ppo picks
+# ppo_atari.py for an Atari id), then the jobs of the queue that are running now.
+aws batch submit-job --job-name cleanrl-ppo-experiment --job-queue cleanrl-queue --job-definition cleanrl-ppo:1 --parameters envId=PongNoFrameskip-v4,totalTimesteps=50000000
+aws batch describe-jobs --jobs $(aws batch list-jobs --job-queue cleanrl-queue --job-status RUNNING --query 'jobSummaryList[*].jobId' --output text)
 # One run: the parameters fill Ref::envId, Ref::totalTimesteps, Ref::seed (and Ref::script) of the job definition.
 JOB_ID=$(aws batch submit-job --job-name cleanrl-ppo-CartPole-v1-s1 --job-queue cleanrl-cpu-spot --job-definition cleanrl-single \
   --parameters envId=CartPole-v1,totalTimesteps=500000,seed=1 --query jobId --output text)

@@ -1,0 +1,176 @@
+# docs: docs/cloud.md
+"""Run one command of an AWS Batch job so that its results outlive the container (the job scripts in cloud/jobs/
+start every run through it).
+
+    python cloud/durable.py -- python cleanrl/ppo.py --env-id CartPole-v1 --save-model --resume auto
+
+With CLEANRL_RUNS_S3=s3://BUCKET/PREFIX (terraform sets it in the job definitions) and AWS_BATCH_JOB_ID (Batch sets
+it, the same in every attempt of a job), the job's folder is s3://BUCKET/PREFIX/JOB_ID/:
+1. restore: what an earlier attempt of the job uploaded there is downloaded into runs/ and videos/ of the working
+   directory, so the script's `--resume auto` finds the last checkpoint;
+2. run the command; every CLEANRL_SYNC_SECONDS (default 300) the new or changed files of runs/ and videos/ go up;
+3. SIGTERM or SIGINT (a Spot reclaim, `docker stop`) is passed on to the command, which checkpoints and exits; then
+   a last upload, and this process exits with the command's status (128 + the signal's number if the command,
+   e.g. torchrun, ended otherwise after the signal), so Batch retries the job (its rule for exit code 143).
+Without CLEANRL_RUNS_S3 the command just runs. Of a multi-node job only the main node syncs (it holds runs/).
+The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in the tests).
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Optional
+
+FOLDERS = ("runs", "videos")  # what the scripts write, relative to the working directory
+
+
+def fail(message: str):
+    raise SystemExit(f"error: {message}")
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"cloud/durable.py: {message}\n")
+    sys.stderr.flush()
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """s3://BUCKET/PREFIX -> (BUCKET, PREFIX without a trailing slash)."""
+    if not url.startswith("s3://") or not url[5:].split("/")[0]:
+        fail(f"CLEANRL_RUNS_S3 must look like s3://BUCKET/PREFIX, got {url!r}")
+    bucket, _, prefix = url[5:].partition("/")
+    return bucket, prefix.strip("/")
+
+
+def job_folder(prefix: str, job_id: str) -> str:
+    # A node of a multi-node job (<id>#<node>) belongs to its job; an array child (<id>:<index>) is a job of its own.
+    return "/".join(p for p in (prefix, job_id.split("#")[0]) if p) + "/"
+
+
+class Sync:
+    """Uploads of runs/ and videos/ to one S3 folder; a file goes up again only when its size or mtime changed."""
+
+    def __init__(self, bucket: str, folder: str):
+        import boto3
+
+        self.s3, self.bucket, self.folder = boto3.client("s3"), bucket, folder
+        self.sent: dict[str, tuple[int, int]] = {}
+        self.lock = threading.Lock()
+
+    def restore(self) -> int:
+        """Download everything under the folder into the working directory; the number of files."""
+        count = 0
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.folder):
+            for obj in page.get("Contents", []):
+                relative = obj["Key"][len(self.folder):]
+                parts = Path(relative).parts
+                if not parts or parts[0] not in FOLDERS or ".." in parts or Path(relative).is_absolute():
+                    fail(f"s3://{self.bucket}/{obj['Key']} is not a file of {' or '.join(FOLDERS)}/; not restoring it")
+                Path(relative).parent.mkdir(parents=True, exist_ok=True)
+                self.s3.download_file(self.bucket, obj["Key"], relative)
+                stat = os.stat(relative)
+                self.sent[relative] = (stat.st_size, stat.st_mtime_ns)
+                count += 1
+        return count
+
+    def upload(self) -> int:
+        """Upload the new and changed files; the number uploaded. Each file goes up from a hard link made first: a
+        checkpoint replaced (renamed over) during the upload cannot mix two versions."""
+        count = 0
+        with self.lock, tempfile.TemporaryDirectory(prefix=".cleanrl-sync-", dir=".") as staging:
+            for folder in FOLDERS:
+                for path in sorted(Path(folder).rglob("*")):
+                    # the scripts' half-written files (checkpoint.pt.tmp*, ...) are renamed when complete
+                    if not path.is_file() or ".tmp" in path.name:
+                        continue
+                    stat = path.stat()
+                    key = path.as_posix()
+                    if self.sent.get(key) == (stat.st_size, stat.st_mtime_ns):
+                        continue
+                    frozen = os.path.join(staging, str(count))
+                    try:
+                        os.link(path, frozen)
+                    except FileNotFoundError:
+                        continue  # replaced since the listing: the next round sees the new file
+                    except OSError:
+                        shutil.copyfile(path, frozen)  # a file system without hard links: a copy freezes it too
+                    self.s3.upload_file(frozen, self.bucket, self.folder + key)
+                    os.unlink(frozen)
+                    self.sent[key] = (stat.st_size, stat.st_mtime_ns)
+                    count += 1
+        return count
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    interval = os.environ.get("CLEANRL_SYNC_SECONDS", "300")
+    try:
+        interval_s = float(interval)
+        assert interval_s > 0
+    except (ValueError, AssertionError):
+        fail(f"CLEANRL_SYNC_SECONDS must be a positive number of seconds, got {interval!r}")
+    url = os.environ.get("CLEANRL_RUNS_S3", "")
+    main_node = os.environ.get("AWS_BATCH_JOB_NODE_INDEX", "0") == os.environ.get("AWS_BATCH_JOB_MAIN_NODE_INDEX", "0")
+    sync: Optional[Sync] = None
+    if url and main_node:
+        bucket, prefix = split_s3_url(url)
+        job_id = os.environ.get("AWS_BATCH_JOB_ID") or fail("CLEANRL_RUNS_S3 is set but AWS_BATCH_JOB_ID is not")
+        sync = Sync(bucket, job_folder(prefix, job_id))
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            restored = sync.restore()
+        except (BotoCoreError, ClientError) as e:
+            fail(f"cannot read s3://{bucket}/{sync.folder}: {e}")
+        say(f"s3://{bucket}/{sync.folder}: " + (f"restored {restored} files of an earlier attempt" if restored
+                                                else "nothing to restore, a first attempt"))
+    elif not url:
+        say("CLEANRL_RUNS_S3 is not set: runs/ stays in the container")
+
+    received: list[int] = []
+    child = subprocess.Popen(argv)
+
+    def forward(signum, frame):
+        # The command checkpoints and exits on its own; a second signal is passed on too (it then stops at once).
+        received.append(signum)
+        child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    stop = threading.Event()
+
+    def periodic():
+        while not stop.wait(interval_s):
+            try:
+                sync.upload()
+            except Exception as e:  # noqa: BLE001 - a failed round is retried next round; the run goes on
+                say(f"upload failed, retrying in {interval_s:.0f} s: {e}")
+
+    thread = threading.Thread(target=periodic, daemon=True)
+    if sync is not None:
+        thread.start()
+    status = child.wait()
+    stop.set()
+    status = 128 - status if status < 0 else status  # killed by a signal: the shell's convention
+    if received and status != 0:
+        status = 128 + received[0]
+    if sync is not None:
+        thread.join()
+        try:
+            say(f"uploaded {sync.upload()} files to s3://{sync.bucket}/{sync.folder}")
+        except Exception as e:  # noqa: BLE001 - said in one line; the job must not look successful
+            say(f"error: the last upload failed: {e}")
+            return status or 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

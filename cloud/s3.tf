@@ -1,0 +1,56 @@
+# The bucket the jobs keep their runs/ in: s3://BUCKET/runs/JOB_ID/runs/... (cloud/durable.py). Encrypted at rest,
+# versioned (a checkpoint overwritten by a broken upload can be recovered), never public; older versions and
+# unfinished multipart uploads are deleted after a while.
+data "aws_caller_identity" "current" {}
+
+locals {
+  runs_bucket = var.runs_bucket_name != "" ? var.runs_bucket_name : "${var.name_prefix}-runs-${data.aws_caller_identity.current.account_id}-${var.region}"
+  runs_prefix = "runs"
+}
+
+resource "aws_s3_bucket" "runs" {
+  bucket        = local.runs_bucket
+  force_destroy = var.runs_force_destroy
+}
+
+resource "aws_s3_bucket_server_side_encryption_configuration" "runs" {
+  bucket = aws_s3_bucket.runs.id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm = "AES256"
+    }
+  }
+}
+
+resource "aws_s3_bucket_versioning" "runs" {
+  bucket = aws_s3_bucket.runs.id
+  versioning_configuration {
+    status = "Enabled"
+  }
+}
+
+resource "aws_s3_bucket_public_access_block" "runs" {
+  bucket                  = aws_s3_bucket.runs.id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_bucket_lifecycle_configuration" "runs" {
+  bucket = aws_s3_bucket.runs.id
+  rule {
+    id     = "old-versions-and-unfinished-uploads"
+    status = "Enabled"
+    filter {
+      prefix = "${local.runs_prefix}/"
+    }
+    noncurrent_version_expiration {
+      noncurrent_days = var.runs_noncurrent_days
+    }
+    abort_incomplete_multipart_upload {
+      days_after_initiation = 7
+    }
+  }
+  depends_on = [aws_s3_bucket_versioning.runs]
+}
