@@ -57,12 +57,21 @@ def total_timesteps(command: list[str]) -> int | None:
     return None
 
 
-def read_event_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of the TensorBoard event files in `run_dir`: tag -> [(step, value), ...]."""
+def scalar_events(run_dir: Path, tag: str) -> list[tuple[int, float, float]]:
+    """(step, wall time, value) of every event of one scalar tag in the run's TensorBoard event files, in logged
+    order; [] when the run never logged the tag."""
+    return [(s, t, v) for s, t, v in read_event_scalars(run_dir, wall_time=True).get(tag, [])]
+
+
+def read_event_scalars(run_dir: Path, wall_time: bool = False) -> dict[str, list[tuple]]:
+    """Every scalar of the TensorBoard event files in `run_dir`: tag -> [(step, value), ...], or with wall_time
+    [(step, wall time, value), ...]. The one reader of event files the benchmark tools and the tests share."""
     from tensorboard.backend.event_processing import event_accumulator
 
     acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
+    if wall_time:
+        return {tag: [(e.step, e.wall_time, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 

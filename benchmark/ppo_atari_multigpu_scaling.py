@@ -36,6 +36,10 @@ from typing import NoReturn
 
 import tyro
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmark.kept import scalar_events  # noqa: E402  (tools, not algorithm scripts)
+from benchmark.throughput import steady_sps  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "cleanrl" / "ppo_atari_multigpu.py"
 
@@ -95,18 +99,15 @@ def read_sps(run_dir: Path) -> tuple[float, float, int]:
     """(steady SPS between the first and the last charts/SPS event, the script's last charts/SPS, number of events).
 
     The script logs no SPS for its warm-up iteration, so the first event is the end of the second iteration."""
-    from tensorboard.backend.event_processing import event_accumulator
-
-    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
-    acc.Reload()
-    if "charts/SPS" not in acc.Tags()["scalars"]:
+    events = scalar_events(run_dir, "charts/SPS")
+    if not events:
         fail(f"{run_dir} has no charts/SPS scalar")
-    events = acc.Scalars("charts/SPS")
     if len(events) < 2:
         fail(f"{run_dir} logged {len(events)} iteration(s); at least 2 are needed")
-    first, last = events[0], events[-1]
-    steady = (last.step - first.step) / (last.wall_time - first.wall_time)
-    return steady, float(last.value), len(events)
+    steady = steady_sps(events)
+    if steady is None:
+        fail(f"{run_dir}: its charts/SPS events carry no time between them")
+    return steady, float(events[-1][2]), len(events)
 
 
 def run_once(args: Args, script_args: list[str], nproc: int, work: Path) -> dict:

@@ -65,6 +65,8 @@ from typing import NoReturn, Optional
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmark.kept import scalar_events  # noqa: E402  (a tool, not an algorithm script)
 
 
 @dataclass
@@ -307,54 +309,40 @@ SPECS = {
 FAMILY_ROUNDS = {"classic": 2, "mujoco": 2, "atari": 1, "procgen": 1}
 
 
+def make_venv(path: str, packages: list[str], flag: str) -> None:
+    """A new virtual environment at path with packages, for the python that `flag` points at."""
+    venv = Path(path)
+    if venv.exists():
+        fail(f"{venv} exists; remove it first or use it with {flag} {venv}/bin/python")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    print(f"installing into {venv}: {' '.join(packages)}", flush=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages], check=True)
+    print(f"done; use it with {flag} {venv}/bin/python", flush=True)
+
+
 def setup_sb3_venv(path: str) -> None:
     import ale_py
     import gymnasium
     import torch
 
-    venv = Path(path)
-    if venv.exists():
-        fail(f"{venv} exists; remove it first or use it with --sb3-python {venv}/bin/python")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     # the same torch, gymnasium and ale-py versions as ours, so only the library differs; the CPU torch build is
     # pinned (its wheel comes from PyPI's default index, which on Linux is the CUDA build: hence the version's +cpu
     # local tag must match what is installed here); ale-py and OpenCV (SB3's Atari wrappers) do not depend on torch
     torch_version = torch.__version__.split("+")[0]
-    packages = [f"torch=={torch_version}", "stable-baselines3", f"gymnasium[classic-control,mujoco]=={gymnasium.__version__}",
-                f"ale-py=={ale_py.__version__}", "opencv-python-headless", "tensorboard"]  # fmt: skip
-    print(f"installing into {venv}: {' '.join(packages)}", flush=True)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages], check=True)
-    print(f"done; use it with --sb3-python {venv}/bin/python", flush=True)
+    make_venv(path, [f"torch=={torch_version}", "stable-baselines3", f"gymnasium[classic-control,mujoco]=={gymnasium.__version__}",
+                     f"ale-py=={ale_py.__version__}", "opencv-python-headless", "tensorboard"], "--sb3-python")  # fmt: skip
 
 
 def setup_cleanrl_venv(path: str) -> None:
     import torch
 
-    venv = Path(path)
-    if venv.exists():
-        fail(f"{venv} exists; remove it first or use it with --cleanrl-python {venv}/bin/python")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     # what upstream CleanRL's scripts need, at the versions they were written for (gymnasium 0.29 with its v4 MuJoCo
     # envs and imageio, numpy 1, ale-py 0.9, which registers the Atari ids when imported), and our CPU torch pinned (see
     # setup_sb3_venv); OpenCV below 4.12, whose wheels need numpy 2, for cleanrl_utils' Atari wrappers; rich for
     # its multi-GPU script
     torch_version = torch.__version__.split("+")[0]
-    packages = [f"torch=={torch_version}", "gymnasium[mujoco]==0.29.1", "numpy<2", "tyro", "tensorboard", "ale-py==0.9.0",
-                "mujoco==2.3.3", "opencv-python-headless<4.12", "rich"]  # fmt: skip
-    print(f"installing into {venv}: {' '.join(packages)}", flush=True)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages], check=True)
-    print(f"done; use it with --cleanrl-python {venv}/bin/python", flush=True)
-
-
-def read_scalar_events(run_dir: Path, tag: str) -> list[tuple[int, float, float]]:
-    """(step, wall time, value) of every event of one scalar tag in the run's event files, in logged order."""
-    from tensorboard.backend.event_processing import event_accumulator
-
-    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
-    acc.Reload()
-    if tag not in acc.Tags()["scalars"]:
-        return []
-    return [(e.step, e.wall_time, e.value) for e in acc.Scalars(tag)]
+    make_venv(path, [f"torch=={torch_version}", "gymnasium[mujoco]==0.29.1", "numpy<2", "tyro", "tensorboard", "ale-py==0.9.0",
+                     "mujoco==2.3.3", "opencv-python-headless<4.12", "rich"], "--cleanrl-python")  # fmt: skip
 
 
 def steady_sps(events: list[tuple[int, float, float]]) -> Optional[float]:
@@ -363,16 +351,6 @@ def steady_sps(events: list[tuple[int, float, float]]) -> Optional[float]:
     if len(events) < 2 or events[-1][1] <= events[0][1]:
         return None
     return (events[-1][0] - events[0][0]) / (events[-1][1] - events[0][1])
-
-
-def read_last_scalar(run_dir: Path, tag: str) -> Optional[float]:
-    from tensorboard.backend.event_processing import event_accumulator
-
-    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
-    acc.Reload()
-    if tag not in acc.Tags()["scalars"]:
-        return None
-    return float(acc.Scalars(tag)[-1].value)
 
 
 def budget(spec: dict, scale: float) -> tuple[int, str]:
@@ -464,7 +442,8 @@ def run_ours(spec: dict, steps: int, flags: list[str], args: Args, work: Path) -
     run_dir = the_run_dir(work)
     if isinstance(run_dir, str):
         return dict(result, error=run_dir)
-    sps = read_last_scalar(run_dir, "charts/SPS")
+    events = scalar_events(run_dir, "charts/SPS")
+    sps = float(events[-1][2]) if events else None
     if sps is None:
         return dict(result, error=f"{run_dir} has no charts/SPS: the budget ends before any measured step")
     return dict(result, sps=sps)
@@ -510,7 +489,7 @@ def run_cleanrl(spec: dict, steps: int, args: Args, python: str, root: Path, wor
     run_dir = the_run_dir(work)
     if isinstance(run_dir, str):
         return dict(result, error=run_dir)
-    events = read_scalar_events(run_dir, "charts/SPS")
+    events = scalar_events(run_dir, "charts/SPS")
     sps = steady_sps(events)
     if sps is None:
         return dict(result, error=f"{run_dir} has {len(events)} charts/SPS event(s): too few for a steady-state SPS (raise --budget-scale)")

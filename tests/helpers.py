@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
-from tensorboard.backend.event_processing import event_accumulator
+
+from benchmark.kept import read_event_scalars
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,9 +51,7 @@ def single_run_dir(cwd: Path) -> Path:
 
 def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar in the run's TensorBoard event files: {tag: [(step, value), ...]} in logged order."""
-    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    return read_event_scalars(run_dir)
 
 
 def values(scalars: dict, tag: str) -> list[float]:

@@ -511,7 +511,8 @@ def test_throughput_bad_input(tmp_path):
 def test_throughput_steady_sps_from_event_wall_times_by_hand(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from benchmark.throughput import read_scalar_events, steady_sps
+    from benchmark.kept import scalar_events
+    from benchmark.throughput import steady_sps
 
     # upstream CleanRL logs charts/SPS = steps / seconds since its start; the steady rate is taken between its first
     # and last event instead: (1536 - 512) steps / (101.5 - 100.0) s
@@ -520,13 +521,13 @@ def test_throughput_steady_sps_from_event_wall_times_by_hand(tmp_path):
         writer.add_scalar("charts/SPS", value, step, walltime=wall)
     writer.add_scalar("losses/x", 1.0, 2048, walltime=103.0)  # another tag does not count
     writer.close()
-    events = read_scalar_events(tmp_path / "run", "charts/SPS")
+    events = scalar_events(tmp_path / "run", "charts/SPS")
     assert events == [(512, 100.0, 80.0), (1024, 100.5, 90.0), (1536, 101.5, 95.0)]
     assert steady_sps(events) == pytest.approx(1024 / 1.5)
     assert steady_sps(events[:2]) == pytest.approx(512 / 0.5)
     assert steady_sps(events[:1]) is None and steady_sps([]) is None  # one event: no interval
     assert steady_sps([(512, 100.0, 80), (1024, 100.0, 90)]) is None  # no time between them
-    assert read_scalar_events(tmp_path / "run", "charts/nothing") == []
+    assert scalar_events(tmp_path / "run", "charts/nothing") == []
 
 
 @needs_upstream
@@ -562,7 +563,7 @@ def test_throughput_passes_flags_the_upstream_scripts_accept():
 @needs_upstream
 def test_throughput_runs_upstream_cleanrl_beside_ours(tmp_path):
     """One real invocation: ppo.py and upstream CleanRL's ppo.py for 2 iterations each, one round, no variant."""
-    from tensorboard.backend.event_processing import event_accumulator
+    from benchmark.kept import scalar_events
 
     proc = throughput("--scripts", "ppo", "--variants", "--no-sb3", "--rounds", "1", "--budget-scale", "0.01", "--raw-seconds", "0.2",
                       "--cleanrl", str(CLEANRL_SNAPSHOT / "cleanrl"), "--cleanrl-python", str(CLEANRL_PYTHON), "--out", "tp", cwd=tmp_path)  # fmt: skip
@@ -578,12 +579,10 @@ def test_throughput_runs_upstream_cleanrl_beside_ours(tmp_path):
     assert command[:3] == ["$", f"PYTHONPATH={CLEANRL_SNAPSHOT}", str(CLEANRL_PYTHON)]
     assert command[3] == str(CLEANRL_SNAPSHOT / "cleanrl/ppo.py") and "--no-cuda" in command and "--torch-threads" not in command
     # steady SPS by hand from the wall times of its charts/SPS events: one per iteration, at steps 512 and 1024
-    acc = event_accumulator.EventAccumulator(str(single_run_dir(work)), size_guidance={event_accumulator.SCALARS: 0})
-    acc.Reload()
-    events = acc.Scalars("charts/SPS")
-    assert [e.step for e in events] == [512, 1024]
-    assert row["sps"]["cleanrl"] == pytest.approx(512 / (events[1].wall_time - events[0].wall_time))
-    assert cleanrl["logged_sps"] == events[1].value  # its own figure, since its start, kept for reference
+    events = scalar_events(single_run_dir(work), "charts/SPS")
+    assert [step for step, _, _ in events] == [512, 1024]
+    assert row["sps"]["cleanrl"] == pytest.approx(512 / (events[1][1] - events[0][1]))
+    assert cleanrl["logged_sps"] == events[1][2]  # its own figure, since its start, kept for reference
     for r in (plain, cleanrl):
         assert r["process_sps"] == pytest.approx(1024 / r["process_seconds"])
     assert row["ratios"]["plain/cleanrl"] == pytest.approx(row["sps"]["plain"] / row["sps"]["cleanrl"])
