@@ -307,7 +307,7 @@ steps) are one shell file per script, for a machine with GPUs:
 ## The tools
 
 - `benchmark/run.py` runs one command over env ids x seeds (`--workers` at a time, GPUs handed out round-robin),
-  each run in its own directory under `benchmark/results/`, and keeps each finished run. A failed run is listed
+  each run in its own directory under `benchmark/results/`, and with `--keep DIR` keeps each finished run in DIR (the suite passes `benchmark/kept`). A failed run is listed
   with its exit code and log tail, and the runner exits 1; `python benchmark/run.py --help` lists the flags.
 - `benchmark/report.py` draws curves and tables from kept files or TensorBoard event files, and compares result
   folders on the same axes (`--results old/ppo new/ppo --labels before after`), with an aggregate over envs (IQM
