@@ -414,9 +414,10 @@ if __name__ == "__main__":
     params = list(policy.parameters()) + list(value_net.parameters())
     # One Adam over both networks (PPG code); torch's default eps=1e-8 as in the reference. The learning rate is a
     # tensor updated in place, so a compiled update reads the annealed value instead of recompiling for every new
-    # float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA graphs need, and keeps Adam's
-    # multi-tensor path, which torch turns off for a tensor learning rate otherwise.
-    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), capturable=device.type == "cuda")
+    # float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA graphs need. fused: one
+    # kernel updates every parameter (faster on CPU than torch's per-tensor loop).
+    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), capturable=device.type == "cuda",
+                           fused=True)
 
     # storage: (num_steps, num_envs, ...); observations stay uint8 until they enter a network
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)

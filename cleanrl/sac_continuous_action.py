@@ -209,9 +209,11 @@ if __name__ == "__main__":
     qf2_target = QNetwork(obs_dim, action_dim).to(device)
     qf1_target.load_state_dict(qf1.state_dict())
     qf2_target.load_state_dict(qf2.state_dict())
-    # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need
-    q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.q_lr, capturable=args.cudagraphs)
-    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs)
+    # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need; fused: one kernel
+    # updates every parameter (faster than torch's per-tensor loop on CPU, with different rounding)
+    q_params = list(qf1.parameters()) + list(qf2.parameters())
+    q_optimizer = optim.Adam(q_params, lr=args.q_lr, capturable=args.cudagraphs, fused=True)
+    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs, fused=True)
 
     # entropy temperature: a tensor throughout, so reading it never forces a .item() in the loop; with --autotune it
     # is overwritten in place after every temperature step, so compiled code reads the current value
@@ -219,7 +221,7 @@ if __name__ == "__main__":
     if args.autotune:
         target_entropy = -float(action_dim)  # -|A|, Haarnoja et al. 2018b, Sec. 5
         log_alpha = torch.zeros(1, requires_grad=True, device=device)  # alpha = 1 at the start
-        a_optimizer = optim.Adam([log_alpha], lr=args.q_lr, capturable=args.cudagraphs)
+        a_optimizer = optim.Adam([log_alpha], lr=args.q_lr, capturable=args.cudagraphs, fused=True)
     else:
         alpha = torch.tensor([args.alpha], device=device)
 

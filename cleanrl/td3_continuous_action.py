@@ -204,9 +204,11 @@ if __name__ == "__main__":
     target_actor.load_state_dict(actor.state_dict())
     qf1_target.load_state_dict(qf1.state_dict())
     qf2_target.load_state_dict(qf2.state_dict())
-    # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need
-    q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.q_lr, capturable=args.cudagraphs)
-    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs)
+    # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need; fused: one kernel
+    # updates every parameter (faster than torch's per-tensor loop on CPU, with different rounding)
+    q_params = list(qf1.parameters()) + list(qf2.parameters())
+    q_optimizer = optim.Adam(q_params, lr=args.q_lr, capturable=args.cudagraphs, fused=True)
+    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs, fused=True)
 
     rb = runtime.ReplayBuffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
 

@@ -79,11 +79,11 @@ CASES = [
     parity("ppo.py", ("--total-timesteps", "2048"), ("policy_step", "update"), rtol=1e-4, atol=1e-6,
            loss_steps=(512, 1024, 1536, 2048), min_updates=4),
     # Pendulum, 4 updates of 2 epochs x 4 minibatches; one episode ends (truncated at step 200).
-    # Measured: compiled and plain losses agree to within 3e-6 absolute (float rounding of fused kernels;
-    # the explained variance moves most); the tolerance leaves room for that to grow over 4 updates. The episode
-    # return agrees within 1e-5 relative, not exactly: Gaussian samples are continuous, so rounding moves every
-    # action a little (measured: 2e-4 on a return of about -1000).
-    parity("ppo_continuous_action.py", PENDULUM_PPO, ("policy_step", "update"), rtol=1e-4, atol=1e-5,
+    # Measured (fused Adam in both runs): compiled and plain losses agree to within 5e-7 absolute, the explained
+    # variance (a ratio near 0 here) to within 1.5e-5 absolute (float rounding of fused kernels); the tolerance
+    # leaves room for that to grow over 4 updates. The episode return agrees within 1e-5 relative, not exactly:
+    # Gaussian samples are continuous, so rounding moves every action a little (measured: 2e-4 on about -1000).
+    parity("ppo_continuous_action.py", PENDULUM_PPO, ("policy_step", "update"), rtol=1e-4, atol=4e-5,
            loss_steps=(64, 128, 192, 256), min_updates=4, episodes_rtol=1e-5, episodes=1),
     # Measured (torch 2.13, CPU): the compiled losses differ from the plain ones by at most 2e-6 absolute, and
     # the explained variance (about -84 after the first update) by 3e-5 relative (float rounding of inductor's
