@@ -226,14 +226,17 @@ def throughput_section(tp: Optional[dict]) -> str:
         note += (
             f"\n\n`plain / CleanRL`: ours against the upstream CleanRL script of the same name doing the same work, run as "
             f"its users run it (its own virtual environment: gymnasium {v['gymnasium']}, numpy {v['numpy']}, torch "
-            f"{v['torch']}; its default torch threads; HalfCheetah-v4 where ours runs v5), by the same steady-state rule "
+            f"{v['torch']}; torch's default threads, one per core, {cores} here; HalfCheetah-v4 where ours runs v5), by the same "
+            "steady-state rule "
             "(from the wall times of its logged SPS); `(process)`: env steps over the seconds of the whole process, "
-            "start-up and warm-up included, as a user waiting for a run sees it."
+            "start-up and warm-up included, as a user waiting for a run sees it. `CLEANRL_SNAPSHOT` is a checkout of the "
+            "upstream CleanRL repository; `--setup-cleanrl-venv` makes its virtual environment."
         )
+    command = re.sub(r"--cleanrl \S+", "--cleanrl CLEANRL_SNAPSHOT", tp["command"].strip())  # no local path
     return (
         f"Measured {tp['started']} on {m['cpu']}, {m['gpu']}, torch {m['torch']}, one torch thread per trainer"
         + (" of ours and SB3, " if upstream else ", ")
-        + f"by `{tp['command'].strip()}`. Steps per second after warm-up, medians of alternated rounds; `X / plain` "
+        + f"by `{command}`. Steps per second after warm-up, medians of alternated rounds; `X / plain` "
         "is the speed-up of a flag, `plain / SB3` ours against Stable-Baselines3 doing the same work (above 1: ours is "
         "faster; `-`: SB3 has no such algorithm), `plain / raw env` the share of the environment's own speed that "
         f"training reaches.\n\n" + "\n".join(lines) + note + "\n\nEvery run, with its budget and load: "
