@@ -27,7 +27,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import tyro
-from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
 from torch.utils.tensorboard import SummaryWriter
 
 
@@ -1062,9 +1061,12 @@ class RecordFirstGameFrames(gym.vector.VectorWrapper):
     def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
         super().__init__(env)
         self.video_folder, self.game_index, self.frames = video_folder, 0, []
+        # imported here: it imports moviepy, which a run without --capture-video should not wait for
+        from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
+        self.schedule, self.save = capped_cubic_video_schedule, save_video
 
     def _add(self, stacked_obs: np.ndarray) -> None:
-        if capped_cubic_video_schedule(self.game_index):
+        if self.schedule(self.game_index):
             self.frames.append(np.repeat(stacked_obs[-1][..., None], 3, axis=-1))
 
     def reset(self, **kwargs):
@@ -1078,7 +1080,7 @@ class RecordFirstGameFrames(gym.vector.VectorWrapper):
         if terminated[0] or truncated[0]:
             self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
             if self.frames:
-                save_video(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
+                self.save(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
             self.game_index, self.frames = self.game_index + 1, []
         self._add(obs[0])
         return obs, reward, terminated, truncated, info
@@ -1196,6 +1198,8 @@ class VideoRecorder:
     """Env 0's episodes from its 64x64 RGB observations (envpool has no video wrapper), on the capped cubic schedule."""
 
     def __init__(self, folder: str, name_prefix: str = "rl-video"):
+        from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video  # moviepy: only when asked
+
         self.folder, self.save, self.trigger = folder, save_video, capped_cubic_video_schedule
         self.name_prefix, self.frames, self.episode = name_prefix, [], 0
 
