@@ -60,7 +60,7 @@ def total_timesteps(command: list[str]) -> int | None:
 def scalar_events(run_dir: Path, tag: str) -> list[tuple[int, float, float]]:
     """(step, wall time, value) of every event of one scalar tag in the run's TensorBoard event files, in logged
     order; [] when the run never logged the tag."""
-    return [(s, t, v) for s, t, v in read_event_scalars(run_dir, wall_time=True).get(tag, [])]
+    return read_event_scalars(run_dir, wall_time=True).get(tag, [])
 
 
 def read_event_scalars(run_dir: Path, wall_time: bool = False) -> dict[str, list[tuple]]:

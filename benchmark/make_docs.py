@@ -195,7 +195,8 @@ def throughput_section(tp: Optional[dict]) -> str:
     # the upstream CleanRL columns only in tables measured with --cleanrl
     upstream = any("plain/cleanrl" in row["ratios"] for row in tp["results"])
     # two tables, so that each fits the page: ours against the other implementations; the flags and the env
-    peers = ["script", "plain SPS", "plain / SB3"] + (["plain / CleanRL", "plain / CleanRL (process)"] if upstream else [])
+    peers = ["script", "plain SPS", "plain / SB3"]
+    peers += ["plain / CleanRL", "plain / CleanRL (process)"] if upstream else []
     own = ["script", *[f"{v} / plain" for v in variants], "plain / raw env"]
     tables = [["| " + " | ".join(h) + " |", "|" + "---|" * len(h)] for h in (peers, own)]
     busy = False
@@ -226,11 +227,11 @@ def throughput_section(tp: Optional[dict]) -> str:
         note += (
             f"\n\n`plain / CleanRL`: ours against the upstream CleanRL script of the same name doing the same work, run as "
             f"its users run it (its own virtual environment: gymnasium {v['gymnasium']}, numpy {v['numpy']}, torch "
-            f"{v['torch']}; torch's default threads, one per core, {cores} here; HalfCheetah-v4 where ours runs v5), by the same "
-            "steady-state rule "
-            "(from the wall times of its logged SPS); `(process)`: env steps over the seconds of the whole process, "
-            "start-up and warm-up included, as a user waiting for a run sees it. `CLEANRL_SNAPSHOT` is a checkout of the "
-            "upstream CleanRL repository; `--setup-cleanrl-venv` makes its virtual environment."
+            f"{v['torch']}; torch's default threads, one per core, {cores} here; HalfCheetah-v4 where ours runs v5), "
+            "by the same steady-state rule (from the wall times of its logged SPS); `(process)`: env steps over the "
+            "seconds of the whole process, start-up and warm-up included, as a user waiting for a run sees it. "
+            "`CLEANRL_SNAPSHOT` is a checkout of the upstream CleanRL repository; `--setup-cleanrl-venv` makes its "
+            "virtual environment."
         )
     command = re.sub(r"--cleanrl \S+", "--cleanrl CLEANRL_SNAPSHOT", tp["command"].strip())  # no local path
     return (
@@ -240,8 +241,8 @@ def throughput_section(tp: Optional[dict]) -> str:
         "is the speed-up of a flag, `plain / SB3` ours against Stable-Baselines3 doing the same work (above 1: ours is "
         "faster; `-`: SB3 has no such algorithm), `plain / raw env` the share of the environment's own speed that "
         f"training reaches.\n\nAgainst the other implementations:\n\n" + "\n".join(tables[0])
-        + "\n\nThe speed flags, and the share of the environment's own speed:\n\n" + "\n".join(tables[1]) + note + "\n\nEvery run, with its budget and load: "
-        "[throughput.json](benchmark/throughput.json)."
+        + "\n\nThe speed flags, and the share of the environment's own speed:\n\n" + "\n".join(tables[1])
+        + note + "\n\nEvery run, with its budget and load: [throughput.json](benchmark/throughput.json)."
     )
 
 

@@ -69,12 +69,13 @@ CASES = [
 @pytest.mark.parametrize("case", CASES)
 def test_learns(case, workdir):
     run_script(case.script, *case.args, cwd=workdir, timeout=case.timeout)
-    returns = values(read_scalars(single_run_dir(workdir)), "charts/episodic_return")
+    scalars = read_scalars(single_run_dir(workdir))
+    returns = values(scalars, "charts/episodic_return")
     if case.episodes is not None:
         assert len(returns) == case.episodes
     if case.first_below is not None:
         assert np.mean(returns[:20]) < case.first_below, returns[:20]
     assert np.mean(returns[-case.last :]) >= case.at_least, returns[-case.last :]
     if case.evaluated is not None:
-        evaluation = values(read_scalars(single_run_dir(workdir)), "eval/episodic_return")
+        evaluation = values(scalars, "eval/episodic_return")
         assert len(evaluation) == 10 and np.mean(evaluation) >= case.evaluated, evaluation
