@@ -30,7 +30,7 @@ version, the budget of each row and the 1-minute load average before and after e
 - raw env: benchmark/throughput_raw_env.py: the script's vector env (SyncVectorEnv for classic control and MuJoCo,
   ale-py's native AtariVectorEnv for Atari, envpool for Procgen) with the script's number of envs, random actions,
   no learning, for --raw-seconds: the ceiling for any trainer's SPS with that env.
-On CPU our scripts and the SB3 helper use one torch thread (they set it); upstream CleanRL keeps torch's default.
+On CPU our scripts (--torch-threads 1) and the SB3 helper use one torch thread; upstream CleanRL keeps torch's default.
 
 Set up the SB3 environment once (the CPU torch wheel pinned, so pip does not pull a CUDA build; ale-py and OpenCV
 for SB3's Atari wrappers, neither depends on torch):
@@ -423,10 +423,11 @@ def run_env(cuda: bool) -> dict:
 
 
 def script_argv(spec: dict, steps: int, seed: int, cuda: bool) -> list[str]:
-    """The flags of our script's plain run."""
+    """The flags of our script's plain run: one torch thread, as the SB3 helper (the scripts whose default takes the
+    free cores would take two threads against SB3's one; docs/speed.md has what the free cores add)."""
     starts = ["--learning-starts", str(spec["learning_starts"])] if "learning_starts" in spec else []
     return ["--env-id", spec["env_id"], "--seed", str(seed), "--total-timesteps", str(steps),
-            "--cuda" if cuda else "--no-cuda", *starts, *spec["ours"]]  # fmt: skip
+            "--cuda" if cuda else "--no-cuda", "--torch-threads", "1", *starts, *spec["ours"]]  # fmt: skip
 
 
 def run_ours(spec: dict, steps: int, flags: list[str], args: Args, work: Path) -> dict:

@@ -68,6 +68,9 @@ class Args(RunArgs):
     """the number of environment steps between gradient steps"""
     save_buffer: bool = False
     """with --save-model, also save the replay memory (its frame rings and bookkeeping) in checkpoints"""
+    torch_threads: int = 0
+    """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
+    (the Nature CNN gains from a second core); a number for bit-identical reruns"""
 
 
 def check_off_policy_args(args: Args) -> None:

@@ -94,6 +94,9 @@ class Args(RunArgs):
     def run_env_id(self) -> str:
         """Runs are filed under the envpool id (runs/StarpilotEasy-v0__...), so `--resume auto` finds them."""
         return procgen_id(self)
+    torch_threads: int = 0
+    """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
+    (the IMPALA CNN gains from a second core); a number for bit-identical reruns"""
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int, int]:

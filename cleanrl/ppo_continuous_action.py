@@ -70,6 +70,9 @@ class Args(RunArgs):
     """the maximum norm for gradient clipping"""
     target_kl: Optional[float] = None
     """if set, stop the update epochs early once the approximate KL exceeds it"""
+    torch_threads: int = 0
+    """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
+    (it gains from a second core); a number for bit-identical reruns"""
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int]:

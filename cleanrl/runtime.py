@@ -68,7 +68,8 @@ class RunArgs:
     cudagraphs: bool = False
     """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
     torch_threads: int = 1
-    """torch threads on the CPU; 0: the cores free at start (faster for wide and CNN networks, other rounding)"""
+    """torch threads on the CPU; 0: the cores left free by other work, looked at again as the run goes (for
+    bit-identical reruns give a number: the count changes float rounding)"""
 
     def run_env_id(self) -> str:
         """The env id a run is filed under (a script whose --env-id is a short name may name the full id)."""
@@ -219,27 +220,68 @@ def seed_everything(seed: int, torch_deterministic: bool) -> None:
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = torch_deterministic
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of all cores together since boot, from the "cpu" line of /proc/stat; busy is all but
+    idle and iowait."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
 def free_cores() -> int:
     """The cores no other work keeps busy as the run starts, measured over 0.1 s in /proc/stat; at least 1 (and 1
     where /proc/stat cannot be read). Seeds started together see each other start up (imports keep a core busy)."""
-    def busy_and_total() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]  # the "cpu" line: all cores together
-        return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # all but idle and iowait
     try:
-        busy0, total0 = busy_and_total()
+        busy0, total0 = cpu_ticks()
         time.sleep(0.1)
-        busy1, total1 = busy_and_total()
+        busy1, total1 = cpu_ticks()
     except (OSError, ValueError, IndexError):
         return 1
     busy_cores = (busy1 - busy0) / max(total1 - total0, 1) * os.cpu_count()
     return max(1, min(len(os.sched_getaffinity(0)), round(os.cpu_count() - busy_cores)))
 
+class ThreadGuard:
+    """--torch-threads 0 on the CPU: as many torch threads as there are cores the rest of the machine leaves free,
+    looked at again every `every` seconds of the run (from Run.log_sps). Other processes' share is the machine's busy
+    time less this process's own (os.times: all its threads, spinning ones included). So a run that started alone
+    with two threads drops to one when a second seed starts beside it, before its threads stall on the busy core,
+    and takes two again when that seed ends. Each change is printed; it changes float rounding from there on."""
+
+    def __init__(self, every: float = 10.0):
+        self.every, self.most = every, len(os.sched_getaffinity(0))
+        self.mark = self.sample()
+
+    @staticmethod
+    def sample() -> Optional[tuple[float, int, int, float]]:
+        try:
+            busy, total = cpu_ticks()
+        except (OSError, ValueError, IndexError):
+            return None
+        own = os.times()
+        return time.monotonic(), busy, total, own.user + own.system
+
+    def others_busy(self, start, end) -> float:
+        """Cores that other processes kept busy between two samples."""
+        busy = (end[1] - start[1]) - (end[3] - start[3]) * os.sysconf("SC_CLK_TCK")
+        return max(0.0, busy / max(end[2] - start[2], 1) * os.cpu_count())
+
+    def check(self) -> None:
+        if self.mark is None or time.monotonic() - self.mark[0] < self.every:
+            return
+        now = self.sample()
+        if now is None:
+            return
+        others = self.others_busy(self.mark, now)
+        want, have = max(1, min(self.most, round(os.cpu_count() - others))), torch.get_num_threads()
+        if want != have:
+            say(f"torch threads: {have} -> {want} (other processes keep {others:.1f} of {os.cpu_count()} cores busy)")
+            torch.set_num_threads(want)
+        self.mark = now
+
 def pick_device(args, local_rank: int = 0) -> torch.device:
-    """CUDA when available and wanted, else the CPU with --torch-threads threads (0: the free cores). One by default:
-    the thread count changes the rounding (so one seed gives one result only at one count), small networks gain
-    nothing from more, and more threads than free cores stall on every op when another process takes a core (SAC:
-    0.33x). docs/speed.md has the measurements."""
+    """CUDA when available and wanted, else the CPU with --torch-threads threads; 0: the cores free at start, and
+    then as many as stay free (ThreadGuard). Each script's default says which its networks gain from: 1 for the
+    small MLPs, 0 for wide and convolutional ones. More threads than free cores stall on every op when another
+    process takes a core (SAC: 0.33x), and the count changes float rounding: docs/speed.md has the measurements."""
     if args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
@@ -562,6 +604,7 @@ class Run:
                                  args.progress_interval)
         self.wall_start, self.saved_any = time.time(), checkpoint is not None
         self.clock: Optional[tuple[float, int]] = None  # (time, global step) the SPS clock started at
+        self.threads = ThreadGuard() if device.type == "cpu" and args.torch_threads == 0 else None
 
     @property
     def global_step(self) -> int:
@@ -623,6 +666,8 @@ class Run:
             return int((global_step - self.clock[1]) / max(time.time() - self.clock[0], 1e-9))
 
     def log_sps(self, global_step: int) -> None:
+        if self.threads is not None:
+            self.threads.check()
         sps = self.sps(global_step)
         if sps is not None and self.writer is not None:
             self.writer.add_scalar("charts/SPS", sps, global_step)

@@ -58,6 +58,9 @@ class Args(RunArgs):
     """if toggled, tune alpha automatically towards the target entropy -|A| (Haarnoja et al. 2018b)"""
     save_buffer: bool = False
     """with --save-model, also save the replay buffer in checkpoints so resume is exact"""
+    torch_threads: int = 0
+    """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
+    (the 256-wide networks gain from a second core); a number for bit-identical reruns"""
 
 
 def check_args(args: Args) -> int:

@@ -39,6 +39,9 @@ class Script:
     logged: dict = field(default_factory=dict)  # values of the tiny run's schedules: {key: values in logged order}
 
 
+# The scripts whose --torch-threads defaults to 0 (as many threads as cores are free) run at one thread in the tests:
+# the count changes float rounding, and tests compare runs bit for bit (runtime.ThreadGuard has tests of its own).
+ONE_THREAD = ("--torch-threads", "1")
 PPO_LOSSES = ("losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
               "losses/approx_kl", "losses/clipfrac", "losses/explained_variance")
 AUX_LOSSES = ("losses/aux_kl_loss", "losses/aux_value_loss", "losses/aux_pi_value_loss")
@@ -47,13 +50,15 @@ ATARI_EVAL = ("--eval-max-frames", "400")
 CLASSIC_VALUE = ("--total-timesteps", "2000", "--learning-starts", "500", "--target-network-frequency", "500",
                  "--batch-size", "32")
 # value-based Atari: 400 steps, learning after 100, a gradient step every 4, a 300-transition memory that wraps
-ATARI_VALUE = ("--total-timesteps", "400", "--learning-starts", "100", "--buffer-size", "300", "--batch-size", "8",
-               "--target-network-frequency", "100")
+ATARI_VALUE = ONE_THREAD + (
+    "--total-timesteps", "400", "--learning-starts", "100", "--buffer-size", "300", "--batch-size", "8",
+    "--target-network-frequency", "100")
 # continuous off-policy on Pendulum: 400 steps, learning after 200; losses every 100 steps; 2 episodes of 200
-PENDULUM_OFF = ("--env-id", "Pendulum-v1", "--learning-starts", "200", "--total-timesteps", "400", "--batch-size", "32")
+PENDULUM_OFF = ONE_THREAD + (
+    "--env-id", "Pendulum-v1", "--learning-starts", "200", "--total-timesteps", "400", "--batch-size", "32")
 # the same three on HalfCheetah-v5 (optional dependency mujoco): 200 steps, learning after 100; losses and SPS at 200
-HALFCHEETAH_OFF = ("--env-id", "HalfCheetah-v5", "--learning-starts", "100", "--total-timesteps", "200",
-                   "--batch-size", "32")
+HALFCHEETAH_OFF = ONE_THREAD + ("--env-id", "HalfCheetah-v5", "--learning-starts", "100", "--total-timesteps",
+                                "200", "--batch-size", "32")
 
 SCRIPTS = {s.name: s for s in [
     # 4 envs x 32 steps = 128 steps an iteration, 2 iterations
@@ -61,13 +66,14 @@ SCRIPTS = {s.name: s for s in [
     Script("ppo.py", ("--num-steps", "32", "--total-timesteps", "256"), PPO_LOSSES, (128, 256),
            other={"charts/SPS": (256,)}, logged={"charts/learning_rate": (2.5e-4, 1.25e-4)}),
     # 1 env x 64 steps, 4 iterations; one 200-step episode ends; the learning rate anneals 1, 3/4, 1/2, 1/4
-    Script("ppo_continuous_action.py", ("--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4",
-                                        "--update-epochs", "2", "--total-timesteps", "256"),
+    Script("ppo_continuous_action.py", ONE_THREAD + ("--env-id", "Pendulum-v1", "--num-steps", "64",
+                                                     "--num-minibatches", "4", "--update-epochs", "2",
+                                                     "--total-timesteps", "256"),
            PPO_LOSSES, (64, 128, 192, 256), other={"charts/SPS": (128, 192, 256)},
            logged={"charts/learning_rate": (3e-4, 2.25e-4, 1.5e-4, 0.75e-4), "charts/episodic_length": (200,)}),
     # 2 envs x 32 steps = 64 steps an iteration, 2 iterations (no Breakout game ends that soon)
-    Script("ppo_atari.py", ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
-                            "--total-timesteps", "128"),
+    Script("ppo_atari.py", ONE_THREAD + ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2",
+                                         "--update-epochs", "1", "--total-timesteps", "128"),
            PPO_LOSSES, (64, 128), episodes=False, needs="atari", eval_args=ATARI_EVAL, other={"charts/SPS": (128,)}),
     # 2 ranks with 1 env each x 32 steps = 64 global steps an iteration, 2 iterations
     Script("ppo_atari_multigpu.py", ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2",
@@ -100,8 +106,9 @@ SCRIPTS = {s.name: s for s in [
            logged={"charts/episodic_length": (200, 200)}),
     # 2 envs x 16 steps = 32 steps an iteration, 2 iterations a phase: one policy phase and one auxiliary phase
     # (over the 4 stored rollouts in 2 minibatches of 2), which logs once, after the policy phase
-    Script("ppg_procgen.py", ("--num-envs", "2", "--num-steps", "16", "--n-iteration", "2", "--num-aux-rollouts",
-                              "2", "--e-auxiliary", "1", "--num-minibatches", "2", "--total-timesteps", "64"),
+    Script("ppg_procgen.py", ONE_THREAD + ("--num-envs", "2", "--num-steps", "16", "--n-iteration", "2",
+                                           "--num-aux-rollouts", "2", "--e-auxiliary", "1", "--num-minibatches", "2",
+                                           "--total-timesteps", "64"),
            PPO_LOSSES + AUX_LOSSES, (32, 64), episodes=False, needs="procgen",
            other={"charts/SPS": (64,), "charts/learning_rate": (32, 64), **{key: (32, 64) for key in PPO_LOSSES},
                   **{key: (64,) for key in AUX_LOSSES}}),

@@ -341,6 +341,7 @@ def test_throughput_passes_flags_our_scripts_accept(name):
     steps, _ = budget(spec, 1.0)
     args = tyro.cli(module.Args, args=script_argv(spec, steps, seed=1, cuda=False))
     assert args.env_id == spec["env_id"] and args.num_envs == spec["num_envs"] and args.total_timesteps == steps
+    assert args.torch_threads == 1  # one thread, as the SB3 helper, whatever the script's default
     if "iteration" in spec:
         assert args.num_envs * args.num_steps == spec["iteration"]
     else:

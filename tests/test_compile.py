@@ -17,7 +17,7 @@ from tests.helpers import (
     single_run_dir,
     values,
 )
-from tests.scripts import PPO_LOSSES, SCRIPTS, needs, standalone
+from tests.scripts import ONE_THREAD, PPO_LOSSES, SCRIPTS, needs, standalone
 
 
 @dataclass(frozen=True)
@@ -53,24 +53,27 @@ def parity(*args, **kwargs):
     return pytest.param(case, id=case.script, marks=[needs(SCRIPTS[case.script].needs)])
 
 
-PENDULUM_PPO = ("--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2",
-                "--total-timesteps", "256")
+PENDULUM_PPO = ONE_THREAD + (
+    "--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2",
+    "--total-timesteps", "256")
 # 2 envs x 16 steps = 32 per iteration, 3 iterations of 2 minibatches: the smallest budget with 3 logged updates.
 # 48 steps per env end no Breakout game (a random game lasts a few hundred steps), so no episodes are compared.
-PPO_ATARI = ("--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
-             "--total-timesteps", "96")
+PPO_ATARI = ONE_THREAD + ("--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+                          "--total-timesteps", "96")
 # 400 agent steps, learning from step 101 with a gradient step every 4 (75 steps of batch 8), a target update every
 # 100 steps (at 200, 300, 400), losses logged every 100 steps (at 200, 300, 400). A buffer of 300 transitions wraps
 # before the end. (The row of tests/scripts.py.)
 ATARI_VALUE = SCRIPTS["dqn_atari.py"].args
 # Pendulum-v1, 100 random steps then 300 critic steps, losses logged at steps 200, 300 and 400.
-PENDULUM_OFF = ("--env-id", "Pendulum-v1", "--learning-starts", "100", "--total-timesteps", "400", "--batch-size",
-                "32", "--no-progress")
+PENDULUM_OFF = ONE_THREAD + (
+    "--env-id", "Pendulum-v1", "--learning-starts", "100", "--total-timesteps", "400", "--batch-size", "32",
+    "--no-progress")
 # 2 envs x 16 steps, one iteration per phase, 3 phases: 3 policy-phase updates (2 minibatches of 16 each) and 3
 # auxiliary phases (2 minibatches of one 16-step rollout each, so the second one sees a moved policy and KL > 0).
 # The policy-phase minibatch and the auxiliary minibatch both hold 16 observations.
-PPG = ("--num-envs", "2", "--num-steps", "16", "--n-iteration", "1", "--num-aux-rollouts", "1", "--e-auxiliary", "1",
-       "--num-minibatches", "2", "--total-timesteps", "96", "--no-progress")
+PPG = ONE_THREAD + (
+    "--num-envs", "2", "--num-steps", "16", "--n-iteration", "1", "--num-aux-rollouts", "1", "--e-auxiliary", "1",
+    "--num-minibatches", "2", "--total-timesteps", "96", "--no-progress")
 OFF_POLICY_COMPILED = ("policy_step", "update_critic", "update_actor")
 
 CASES = [

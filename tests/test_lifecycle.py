@@ -48,36 +48,39 @@ from tests.helpers import (
     wait_until,
     worker_pids,
 )
-from tests.scripts import TIMEOUT, needs, script_params, torchrun
+from tests.scripts import ONE_THREAD, TIMEOUT, needs, script_params, torchrun
 
 SAVE, BUFFER = ("--save-model",), ("--save-buffer",)
 # ppo.py on CartPole: 4 envs x 32 steps = 128 steps an iteration, 8 iterations
 PPO = ("--num-steps", "32", "--total-timesteps", "1024", "--eval-episodes", "1", "--no-progress")
 # ppo_continuous_action.py on Pendulum: 1 env x 64 steps, 8 iterations; episodes are truncated at 200 steps
-PPO_PENDULUM = ("--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2",
-                "--total-timesteps", "512", "--eval-episodes", "1", "--no-progress")
+PPO_PENDULUM = ONE_THREAD + (
+    "--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2",
+    "--total-timesteps", "512", "--eval-episodes", "1", "--no-progress")
 # dqn.py, c51.py on CartPole: 2000 steps, learning from step 501 with a gradient step every 10 steps (150 updates,
 # losses every 100 steps), target updates every 500 steps; several episodes end
 CARTPOLE_VALUE = ("--total-timesteps", "2000", "--learning-starts", "500", "--batch-size", "32",
                   "--target-network-frequency", "500", "--eval-episodes", "1", "--no-progress")
 # ddpg, td3, sac on Pendulum: 600 steps (3 episodes of 200), learning from step 201: 400 gradient steps, losses
 # every 100 steps (300, 400, 500, 600)
-PENDULUM_OFF = ("--env-id", "Pendulum-v1", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "1000",
-                "--eval-episodes", "1", "--no-progress")
+PENDULUM_OFF = ONE_THREAD + (
+    "--env-id", "Pendulum-v1", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "1000",
+    "--eval-episodes", "1", "--no-progress")
 # ppo_atari.py: 2 envs x 32 steps = 64 steps an iteration, 1 epoch of 2 minibatches (the Nature CNN is slow on
 # 2 CPU cores); evaluation: a game cut at 400 frames
-PPO_ATARI = ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
-             "--eval-episodes", "1", "--eval-max-frames", "400", "--no-progress")
+PPO_ATARI = ONE_THREAD + ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
+                          "--eval-episodes", "1", "--eval-max-frames", "400", "--no-progress")
 # dqn_atari.py, c51_atari.py: 400 steps, learning from step 101 with a gradient step every 4 steps (75 updates),
 # a 300-transition frame memory
-ATARI_VALUE = ("--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "400", "--buffer-size", "300",
-               "--learning-starts", "100", "--batch-size", "8", "--train-frequency", "4",
-               "--target-network-frequency", "100", "--eval-episodes", "1", "--eval-max-frames", "2000",
-               "--no-progress")
+ATARI_VALUE = ONE_THREAD + (
+    "--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "400", "--buffer-size", "300", "--learning-starts",
+    "100", "--batch-size", "8", "--train-frequency", "4", "--target-network-frequency", "100", "--eval-episodes", "1",
+    "--eval-max-frames", "2000", "--no-progress")
 # ppg_procgen.py: 2 envs x 16 steps = 32 steps an iteration; one policy phase of 4 iterations (128 steps), then one
 # auxiliary phase: checkpoints after iterations 1-3 fall inside the policy phase
-PPG = ("--num-envs", "2", "--num-steps", "16", "--n-iteration", "4", "--num-aux-rollouts", "2", "--e-auxiliary", "1",
-       "--num-minibatches", "2", "--total-timesteps", "128", "--eval-episodes", "1", "--no-progress")
+PPG = ONE_THREAD + (
+    "--num-envs", "2", "--num-steps", "16", "--n-iteration", "4", "--num-aux-rollouts", "2", "--e-auxiliary", "1",
+    "--num-minibatches", "2", "--total-timesteps", "128", "--eval-episodes", "1", "--no-progress")
 NOTE = "note: the environments' state cannot be saved ({why}); a resumed run restarts its episodes"
 
 

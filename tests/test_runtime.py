@@ -291,7 +291,8 @@ def test_any_file_that_is_no_checkpoint_of_the_script_fails_in_one_line(workdir,
 
 def test_a_checkpoint_whose_entries_do_not_fit_fails_in_one_line(workdir):
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
-    args = type("Args", (), {"save_model": False, "exp_name": "x", "progress": False, "progress_interval": 1.0})()
+    args = type("Args", (), {"save_model": False, "exp_name": "x", "progress": False, "progress_interval": 1.0,
+                             "torch_threads": 1})()
 
     def restore(checkpoint):
         run = runtime.Run(args, "ppo.py", "r", ".", None, torch.device("cpu"), checkpoint | {"loaded_from": "x.pt"},
@@ -358,3 +359,60 @@ def test_free_cores_counts_a_core_another_process_keeps_busy():
             hog.kill()
             hog.wait()
     assert 1 <= runtime.free_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_thread_guard_counts_other_processes_busy_time_not_its_own(monkeypatch):
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(runtime.os, "sysconf", lambda name: 100)  # clock ticks per second
+    guard = runtime.ThreadGuard.__new__(runtime.ThreadGuard)
+    # 10 s on 2 cores: 2000 ticks in all, 1000 of them busy; this process used 2 s of CPU (200 ticks): others 800
+    start, end = (0.0, 1000, 4000, 5.0), (10.0, 2000, 6000, 7.0)
+    assert guard.others_busy(start, end) == pytest.approx(0.8)
+    # this process alone kept the machine busy (a rounding tick more than the machine counted): none, never below
+    assert guard.others_busy(start, (10.0, 1400, 6000, 9.01)) == 0.0
+
+
+def test_thread_guard_gives_up_a_thread_while_other_processes_take_the_cores_and_takes_it_back():
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        guard = runtime.ThreadGuard(every=0.5)
+        # this process's own busy threads are not other work: two threads kept
+        stop = threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                pass
+
+        spinner = threading.Thread(target=spin)
+        spinner.start()
+        try:
+            time.sleep(1.0)
+            guard.check()
+        finally:
+            stop.set()
+            spinner.join()
+        assert torch.get_num_threads() >= 2
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count())]
+        try:
+            time.sleep(1.0)
+            guard.check()
+            assert torch.get_num_threads() == 1  # every core busy elsewhere: one thread
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+        deadline = time.monotonic() + 10
+        while torch.get_num_threads() == 1 and time.monotonic() < deadline:
+            time.sleep(1.0)
+            guard.check()
+        assert torch.get_num_threads() >= 2  # the cores are free again
+    finally:
+        torch.set_num_threads(before)
