@@ -181,6 +181,17 @@ def normalize_obs(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: f
     return np.clip((obs - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
 
 
+class RunningMeanStdOfOne(RunningMeanStd):
+    """gymnasium's RunningMeanStd, with a shortcut for a batch of one (one env, the default): its mean is the row
+    itself and its variance 0, the very values np.mean and np.var return, without their cost at every step."""
+
+    def update(self, x: np.ndarray) -> None:
+        if len(x) == 1:
+            self.update_from_moments(x[0], np.zeros_like(x[0]), 1)
+        else:
+            super().update(x)
+
+
 class NormalizeObservation(gym.vector.VectorWrapper):
     """Running mean/std normalization and clipping of a vector env's observations, for same-step autoreset.
 
@@ -195,7 +206,7 @@ class NormalizeObservation(gym.vector.VectorWrapper):
     def __init__(self, env: gym.vector.VectorEnv, clip: float = 10.0, epsilon: float = 1e-8):
         super().__init__(env)
         self.clip, self.epsilon = clip, epsilon
-        self.obs_rms = RunningMeanStd(shape=self.env.single_observation_space.shape)
+        self.obs_rms = RunningMeanStdOfOne(shape=self.env.single_observation_space.shape)
         self.update_running_mean = True
         self.single_observation_space = gym.spaces.Box(-clip, clip, self.env.single_observation_space.shape, np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -236,6 +247,7 @@ def make_envs(
     # Rewards divided by the running std of the discounted return (gamma as in the update), then clipped.
     # gymnasium's vector NormalizeReward supports SAME_STEP: it restarts the return in the done step.
     reward_norm = gym.wrappers.vector.NormalizeReward(obs_norm, gamma=args.gamma)
+    reward_norm.return_rms = RunningMeanStdOfOne(shape=())
     envs = gym.wrappers.vector.ClipReward(reward_norm, -10.0, 10.0)
     return envs, obs_norm, reward_norm
 

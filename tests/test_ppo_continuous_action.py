@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl.ppo_continuous_action import Agent, Args, NormalizeObservation, make_envs, normalize_obs
+from cleanrl.ppo_continuous_action import (Agent, Args, NormalizeObservation, RunningMeanStdOfOne, make_envs,
+                                          normalize_obs)
 from tests.helpers import read_scalars, run_script, single_run_dir, values
 from tests.scripts import PPO_LOSSES, SCRIPTS, needs
 
@@ -139,3 +140,21 @@ def test_halfcheetah_runs_through_its_updates_and_saves_17_dimensional_statistic
     assert len(values(scalars, "eval/episodic_return")) == 1
     checkpoint = torch.load(run_dir / "ppo_continuous_action.cleanrl_model", weights_only=True)
     assert checkpoint["obs_rms"]["mean"].shape == (17,)
+
+
+@pytest.mark.parametrize("shape,dtype", [((17,), np.float64), ((3,), np.float32), ((), np.float32)])
+def test_the_batch_of_one_shortcut_keeps_gymnasiums_statistics_bit_for_bit(shape, dtype):
+    # observations (float64 from MuJoCo, float32 elsewhere) and the float32 discounted returns of NormalizeReward;
+    # batches of one and, on the general path, of three
+    from gymnasium.wrappers.utils import RunningMeanStd
+
+    rng = np.random.default_rng(0)
+    ours, theirs = RunningMeanStdOfOne(shape=shape), RunningMeanStd(shape=shape)
+    for i in range(200):
+        batch = (rng.normal(size=(3 if i % 50 == 49 else 1, *shape)) * 100 + 7).astype(dtype)
+        ours.update(batch)
+        theirs.update(batch)
+        assert ours.count == theirs.count
+        assert np.array_equal(ours.mean, theirs.mean) and np.array_equal(ours.var, theirs.var)
+        assert ours.mean.dtype == theirs.mean.dtype and ours.var.dtype == theirs.var.dtype
+    assert ours.count == pytest.approx(200 + 4 * 2 + 1e-4)
