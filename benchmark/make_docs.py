@@ -55,6 +55,16 @@ FAMILIES = {
     "PPG": ["ppg_procgen"],
 }
 FINAL = "Final return: the mean episodic return of the episodes that ended in the last 10% of a run's steps; mean ± standard deviation over the seeds."  # fmt: skip
+# What a same-budget comparison with the published figures means, where the table alone does not say it.
+READINGS = {
+    "ppo_continuous_action": (
+        "Reading: ours ends above the published figures on all three tasks, but the comparison is not like for like. "
+        "Ours ran the v5 MuJoCo tasks (gymnasium 1.x, a newer MuJoCo), the published runs v4; on HalfCheetah one seed "
+        "of three found a much faster gait than the other two, which ended closer to the published mean; and three "
+        "seeds give a wide interval. Read the table as: this implementation learns these tasks at least as well as "
+        "the upstream script did, at the same budget and hyperparameters."
+    ),
+}
 BAND = "Curves: the mean over seeds of each run's moving average over 10 episodes; the band is the 95% bootstrap interval of that mean, inside the runs' range."  # fmt: skip
 
 
@@ -114,6 +124,7 @@ def learning_results(script: str) -> ScriptResults:
                 "seeds": row["seeds"],
                 "mean": float(row["final_return_mean"]),
                 "std": float(row["final_return_std"]),
+                "finals": [float(x) for x in row["finals"].split()],
             }
         )
     return ScriptResults(script, rows, figure, missing)
@@ -149,12 +160,18 @@ def results_block(res: ScriptResults, figures_url: str, page_url: str) -> str:
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         if same:
+            per_seed = "; ".join(
+                f"`{r['env_id']}` " + ", ".join(fmt(x) for x in r["finals"]) for r in res.rows if len(r["finals"]) > 1
+            )
             out += [
                 "The reference numbers are the upstream CleanRL script's published results (3 seeds, gymnasium 0.29; "
                 "in brackets the environment version it ran where it differs from ours). Its tools average the end of "
-                "a run in their own way, so read differences within a standard deviation as noise.",
+                "a run in their own way, so read differences within a standard deviation as noise. "
+                f"Final returns per seed (seeds in order): {per_seed}.",
                 "",
             ]
+            if res.script in READINGS:
+                out += [READINGS[res.script], ""]
     context = {e: v for e, v in published.items() if not any(r["env_id"] == e and r["budget"] == v[0] for r in res.rows)}
     if context:
         quoted = ", ".join(f"{v[2]} {v[1]:,.1f} at {steps(v[0])} steps" for v in context.values())

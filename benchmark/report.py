@@ -11,7 +11,7 @@ are not read. Two or more result folders are compared: each is one label, drawn 
 Writes to --out:
     <env>.png / <env>.svg      per env: mean episodic return over seeds vs environment steps, with a 95% band
     curves.png / curves.svg    all envs in one figure
-    summary.md / summary.csv   per env and label: final return (mean, std, 95% CI), SPS, steps, number of runs
+    summary.md / summary.csv   per env and label: final return (mean, std, 95% CI; per seed in the csv), SPS, steps, runs
     runs.csv                   per run: final return, SPS, steps, episodes, event directory
     aggregate.md / .csv / .png IQM and mean of normalized final returns over all runs x envs, with 95%
                                stratified-bootstrap confidence intervals (Agarwal et al. 2021)
@@ -357,6 +357,7 @@ def main(args: Args) -> None:
                     final_return_ci95=t_halfwidth(finals),
                     sps_mean=float(np.nanmean([r.sps for r in group])) if any(not math.isnan(r.sps) for r in group) else math.nan,
                     steps=int(np.median([r.last_step for r in group])),
+                    finals=" ".join(repr(float(x)) for x in finals),  # per seed, in the order of `seeds`
                 )
             )
     with open(out / "summary.csv", "w", newline="") as f:

@@ -185,6 +185,7 @@ def test_report_figures_and_tables_match_the_event_files(ppo_bench, tmp_path):
     assert summary["runs"] == "2" and summary["seeds"] == "1 2"
     assert float(summary["final_return_mean"]) == pytest.approx(np.mean(finals))
     assert float(summary["final_return_std"]) == pytest.approx(np.std(finals, ddof=1))
+    assert [float(x) for x in summary["finals"].split()] == pytest.approx(finals)  # per seed, seeds in order
     assert float(summary["sps_mean"]) == pytest.approx(np.mean(spss))
     # aggregate of one env with bounds 0..500: IQM of 2 scores cuts nothing, so it is their mean
     (agg,) = read_csv(out / "aggregate.csv")
