@@ -252,8 +252,9 @@ def throughput_section(tp: Optional[dict]) -> str:
         )
     command = re.sub(r"--cleanrl \S+", "--cleanrl CLEANRL_SNAPSHOT", tp["command"].strip())  # no local path
     return (
-        f"Measured {tp['started']} on {m['cpu']}, {m['gpu']}, torch {m['torch']}, one torch thread per trainer"
-        + (" of ours and SB3, " if upstream else ", ")
+        f"Measured {tp['started']} on {m['cpu']}, {m['gpu']}, torch {m['torch']}, "
+        + ((("one torch thread per trainer" + (" of ours and SB3, " if upstream else ", ")))
+           if tp.get("threads", "one") == "one" else "every trainer at its default torch threads, ")
         + f"by `{command}`. Steps per second after warm-up, medians of alternated rounds; `X / plain` "
         "is the speed-up of a flag, `plain / SB3` ours against Stable-Baselines3 doing the same work (above 1: ours is "
         "faster; `-`: SB3 has no such algorithm), `plain / raw env` the share of the environment's own speed that "

@@ -30,7 +30,8 @@ version, the budget of each row and the 1-minute load average before and after e
 - raw env: benchmark/throughput_raw_env.py: the script's vector env (SyncVectorEnv for classic control and MuJoCo,
   ale-py's native AtariVectorEnv for Atari, envpool for Procgen) with the script's number of envs, random actions,
   no learning, for --raw-seconds: the ceiling for any trainer's SPS with that env.
-On CPU our scripts (--torch-threads 1) and the SB3 helper use one torch thread; upstream CleanRL keeps torch's default.
+On CPU our scripts (--torch-threads 1) and the SB3 helper use one torch thread, upstream CleanRL torch's default;
+--threads defaults runs every trainer at its own default instead.
 
 Set up the SB3 environment once (the CPU torch wheel pinned, so pip does not pull a CUDA build; ale-py and OpenCV
 for SB3's Atari wrappers, neither depends on torch):
@@ -60,7 +61,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Literal, NoReturn, Optional
 
 import tyro
 
@@ -104,6 +105,10 @@ class Args:
     """the folder for results.json, results.md and the scratch runs (work/<script>/<run>/round<k>/)"""
     timeout: float = 900
     """seconds after which one run is killed (it then counts as failed)"""
+    threads: Literal["one", "defaults"] = "one"
+    """CPU threads: `one` runs ours (--torch-threads 1) and SB3 on one torch thread each (the same resources);
+    `defaults` runs every trainer as its users run it: ours at each script's default (the free cores for the wide
+    and CNN networks), SB3 and upstream CleanRL at torch's default (one thread per core)"""
 
 
 def fail(message: str) -> NoReturn:
@@ -422,12 +427,12 @@ def run_env(cuda: bool) -> dict:
     return env
 
 
-def script_argv(spec: dict, steps: int, seed: int, cuda: bool) -> list[str]:
-    """The flags of our script's plain run: one torch thread, as the SB3 helper (the scripts whose default takes the
-    free cores would take two threads against SB3's one; docs/speed.md has what the free cores add)."""
+def script_argv(spec: dict, steps: int, seed: int, cuda: bool, threads: str = "one") -> list[str]:
+    """The flags of our script's plain run: one torch thread, as the SB3 helper, unless `threads` is "defaults"."""
     starts = ["--learning-starts", str(spec["learning_starts"])] if "learning_starts" in spec else []
+    one = ["--torch-threads", "1"] if threads == "one" else []
     return ["--env-id", spec["env_id"], "--seed", str(seed), "--total-timesteps", str(steps),
-            "--cuda" if cuda else "--no-cuda", "--torch-threads", "1", *starts, *spec["ours"]]  # fmt: skip
+            "--cuda" if cuda else "--no-cuda", *one, *starts, *spec["ours"]]  # fmt: skip
 
 
 def run_ours(spec: dict, steps: int, flags: list[str], args: Args, work: Path) -> dict:
@@ -435,7 +440,7 @@ def run_ours(spec: dict, steps: int, flags: list[str], args: Args, work: Path) -
     launch = [sys.executable, script]
     if spec.get("nproc"):
         launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={spec['nproc']}", script]  # fmt: skip
-    cmd = [*launch, *script_argv(spec, steps, args.seed, args.cuda), *flags]
+    cmd = [*launch, *script_argv(spec, steps, args.seed, args.cuda, args.threads), *flags]
     result = run_process(cmd, work, run_env(args.cuda), args.timeout)
     if "error" in result:
         return result
@@ -499,7 +504,7 @@ def run_cleanrl(spec: dict, steps: int, args: Args, python: str, root: Path, wor
 
 def run_sb3(spec: dict, steps: int, args: Args, sb3_python: str, work: Path) -> dict:
     payload = dict(spec["sb3"], env_id=spec["env_id"], n_envs=spec["num_envs"], total_timesteps=steps, seed=args.seed,
-                   device="cuda" if args.cuda else "cpu")  # fmt: skip
+                   device="cuda" if args.cuda else "cpu", one_thread=args.threads == "one")  # fmt: skip
     if "learning_starts" in spec:
         payload["kwargs"] = dict(payload["kwargs"], learning_starts=spec["learning_starts"])
     cmd = [sb3_python, str(ROOT / "benchmark" / "throughput_sb3_helpers.py"), json.dumps(payload)]
@@ -735,7 +740,7 @@ def main(args: Args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     header = dict(
         command="python benchmark/throughput.py " + " ".join(sys.argv[1:]), machine=machine_description(), cuda=args.cuda,
-        started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), variants=args.variants,
+        started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), variants=args.variants, threads=args.threads,
     )  # fmt: skip
     if cleanrl:
         header["cleanrl"] = dict(path=str(cleanrl[1]), python=str(cleanrl[0]), versions=venv_versions(cleanrl[0]))

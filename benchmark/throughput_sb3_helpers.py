@@ -87,8 +87,8 @@ class WarmupClock(BaseCallback):
 
 if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
-    if spec.get("device", "cpu") == "cpu":
-        # as our scripts do on CPU: one intra-op thread
+    if spec.get("device", "cpu") == "cpu" and spec.get("one_thread", True):
+        # as our scripts run in the default table: one intra-op thread (else torch's default, one per core)
         torch.set_num_threads(1)
     model = build(spec)
     clock = WarmupClock()

@@ -343,6 +343,8 @@ def test_throughput_passes_flags_our_scripts_accept(name):
     args = tyro.cli(module.Args, args=script_argv(spec, steps, seed=1, cuda=False))
     assert args.env_id == spec["env_id"] and args.num_envs == spec["num_envs"] and args.total_timesteps == steps
     assert args.torch_threads == 1  # one thread, as the SB3 helper, whatever the script's default
+    defaults = tyro.cli(module.Args, args=script_argv(spec, steps, seed=1, cuda=False, threads="defaults"))
+    assert defaults.torch_threads == module.Args.torch_threads  # --threads defaults: the script's own default
     if "iteration" in spec:
         assert args.num_envs * args.num_steps == spec["iteration"]
     else:
