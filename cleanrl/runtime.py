@@ -243,8 +243,9 @@ class ThreadGuard:
     """--torch-threads 0 on the CPU: as many torch threads as there are cores the rest of the machine leaves free,
     looked at again every `every` seconds of the run (from Run.log_sps). Other processes' share is the machine's busy
     time less this process's own (os.times: all its threads, spinning ones included). So a run that started alone
-    with two threads drops to one when a second seed starts beside it, before its threads stall on the busy core,
-    and takes two again when that seed ends. Each change is printed; it changes float rounding from there on."""
+    with two threads drops to one at its next look after a second seed starts beside it (until then its threads
+    stall on the busy core), and takes two again when that seed ends. Each change is printed; it changes float
+    rounding from there on."""
 
     def __init__(self, every: float = 10.0):
         self.every, self.most = every, len(os.sched_getaffinity(0))
