@@ -20,7 +20,11 @@ Resume: a run whose kept file or DONE.json exists is skipped (`--no-skip-finishe
 run without a kept file gets one from its event files. A run directory without
 the marker belongs to an attempt that failed or was stopped; it is moved, with its log, to
 `<out>/<name>/.incomplete/<env_id>/seed<k>-<unix time>/` (hidden from the report) and the run starts again, which
-the runner prints. Nothing is retried within one invocation: a failed run stays failed, it is listed in the
+the runner prints. With --resume-stopped, a stopped attempt that left a checkpoint (`runs/*/checkpoint.pt`) is
+started again in its own directory instead, its log appended to, so a command that carries
+`--save-model --checkpoint-frequency N --resume auto` continues from its last checkpoint (benchmark/suite.py does
+this for its long runs); the attempt's run directories without a checkpoint go to .incomplete, so the kept file
+reads the events of one run. Nothing is retried within one invocation: a failed run stays failed, it is listed in the
 summary table with its exit code and log tail, and the runner exits 1.
 
 GPUs: taken from CUDA_VISIBLE_DEVICES when it is set, else from `nvidia-smi -L`. Each run gets
@@ -73,6 +77,8 @@ class Args:
     """the result folder under --out; None uses the stem of the first .py file in the command (e.g. ppo)"""
     skip_finished: bool = True
     """if toggled, skip runs whose DONE.json marker exists, so a stopped benchmark resumes"""
+    resume_stopped: bool = False
+    """if toggled, a stopped run that left a checkpoint starts again in its own directory (for commands with --resume auto)"""
     gpus_per_run: int = 1
     """the number of GPUs each run sees in CUDA_VISIBLE_DEVICES (0: leave CUDA_VISIBLE_DEVICES alone)"""
     gpus: Optional[list[str]] = None
@@ -103,6 +109,7 @@ class Run:
     note: str = ""
     proc: Optional[subprocess.Popen] = None
     log_file: Optional[object] = None
+    continued: bool = False  # started again in the directory of a stopped attempt (--resume-stopped)
     kept: Optional[Path] = None  # where the run's kept result goes (None: keep nothing)
     name: str = ""
 
@@ -180,8 +187,9 @@ def plan_runs(args: Args, command: list[str]) -> tuple[Path, list[Run]]:
     return root, runs
 
 
-def prepare(run: Run, root: Path, skip_finished: bool) -> None:
-    """Skip a finished run, or clear the directory of an earlier attempt so the report never reads it."""
+def prepare(run: Run, root: Path, skip_finished: bool, resume_stopped: bool = False) -> None:
+    """Skip a finished run, or clear the directory of an earlier attempt so the report never reads it, or (with
+    resume_stopped) keep a stopped attempt that has a checkpoint to continue from."""
     if run.kept is not None and run.kept.exists() and skip_finished:
         run.status, run.note = "skipped", "kept result exists"
         return
@@ -191,8 +199,21 @@ def prepare(run: Run, root: Path, skip_finished: bool) -> None:
             marker = json.loads(run.marker.read_text())
             keep(run, marker.get("seconds"), argv=marker["argv"])  # the command that made the run, not this one
         return
+    stamp = int(time.time())
+    if resume_stopped and not run.marker.exists() and list(run.workdir.glob("runs/*/checkpoint.pt")):
+        # an attempt killed before its first checkpoint left a run directory that `--resume auto` will not
+        # continue: set aside, else the kept file would find the events of two runs
+        for run_dir in sorted(run.workdir.glob("runs/*/")):
+            if not (run_dir / "checkpoint.pt").exists():
+                moved = root / ".incomplete" / run.env_id / f"seed{run.seed}-{stamp}" / "runs" / run_dir.name
+                moved.parent.mkdir(parents=True, exist_ok=True)
+                run_dir.rename(moved)
+        run.continued = True
+        run.note = "continued a stopped attempt from its checkpoint"
+        print(f"{run.env_id} seed {run.seed}: stopped attempt has a checkpoint; continuing it in {run.workdir}", flush=True)
+        return
     if run.workdir.exists():
-        moved = root / ".incomplete" / run.env_id / f"seed{run.seed}-{int(time.time())}"
+        moved = root / ".incomplete" / run.env_id / f"seed{run.seed}-{stamp}"
         moved.parent.mkdir(parents=True, exist_ok=True)
         run.workdir.rename(moved)
         why = "finished, rerun requested" if (moved / "DONE.json").exists() else "no DONE.json"
@@ -206,7 +227,7 @@ def start(run: Run, gpus: list[str]) -> None:
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     run.gpus = gpus
-    run.log_file = open(run.log, "w")
+    run.log_file = open(run.log, "a" if run.continued else "w")
     run.log_file.write(f"$ cd {run.workdir} && {shlex.join(run.argv)}\n")
     run.log_file.flush()
     run.started = time.time()
@@ -240,7 +261,7 @@ def finish(run: Run, exit_code: int) -> None:
         tmp.write_text(json.dumps(marker, indent=2) + "\n")
         tmp.rename(run.marker)
         if run.kept is not None:
-            keep(run, run.seconds)
+            keep(run, None if run.continued else run.seconds)  # a continued run's earlier attempts were not timed
     else:
         run.status = "failed"
 
@@ -361,7 +382,7 @@ def main(args: Args, command: list[str]) -> int:
     lock.write(str(os.getpid()))
     lock.flush()
     for r in runs:
-        prepare(r, root, args.skip_finished)
+        prepare(r, root, args.skip_finished, args.resume_stopped)
     print(
         f"{len(runs)} runs ({sum(r.status == 'skipped' for r in runs)} already finished) in {root}, "
         f"{args.workers} workers, GPUs: {', '.join(gpu_ids) or 'none'}",

@@ -38,13 +38,19 @@ class Entry:
     seeds: tuple[int, ...] = (1, 2, 3)
     hours: float = 0.0  # CPU hours of the whole entry on one core of the development machine (for ordering)
     launcher: tuple[str, ...] = ("python",)
+    # > 0: a run checkpoints every this many iterations and a stopped one continues from its last checkpoint (on the
+    # same machine) instead of starting over: for runs longer than a working session
+    checkpoint_frequency: int = 0
 
     def command(self) -> list[str]:
-        return [*self.launcher, f"cleanrl/{self.script}.py", "--total-timesteps", str(self.total_timesteps), *self.flags]
+        resume = ("--save-model", "--checkpoint-frequency", str(self.checkpoint_frequency), "--resume", "auto")
+        return [*self.launcher, f"cleanrl/{self.script}.py", "--total-timesteps", str(self.total_timesteps), *self.flags,
+                *(resume if self.checkpoint_frequency else ())]
 
     def runner_command(self) -> list[str]:
         seeds = [str(s) for s in self.seeds]
-        return ["python", "benchmark/run.py", "--keep", "benchmark/kept", "--env-ids", *self.env_ids, "--seeds", *seeds, "--", *self.command()]
+        resume = ("--resume-stopped",) if self.checkpoint_frequency else ()
+        return ["python", "benchmark/run.py", "--keep", "benchmark/kept", *resume, "--env-ids", *self.env_ids, "--seeds", *seeds, "--", *self.command()]
 
 
 # Pendulum's off-policy runs start learning after 1000 random steps, not the scripts' MuJoCo defaults
@@ -63,12 +69,17 @@ SUITE = [
     Entry("td3_continuous_action", ["Hopper-v5", "HalfCheetah-v5"], 100_000, hours=1.0),
     Entry("sac_continuous_action", ["Hopper-v5", "HalfCheetah-v5"], 100_000, hours=1.6),
     # Atari and Procgen at a few hundred steps per second on a CPU: budgets where learning has clearly begun
-    # (Breakout's random play scores about 1.5 per game, starpilot's about 2 to 3)
-    Entry("ppo_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=2.0),
-    Entry("ppo_atari_multigpu", ["BreakoutNoFrameskip-v4"], 500_000, launcher=("torchrun", "--standalone", "--nproc_per_node=2"), hours=2.5),
+    # (Breakout's random play scores about 1.5 per game, starpilot's about 2 to 3). The PPO and PPG runs checkpoint
+    # (a few MB, every 50 iterations: a few minutes) and continue where they stopped. DQN and C51 do not: a resume
+    # without their replay memory (GBs with --save-buffer) would change the run's course.
+    Entry("ppo_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=2.0, checkpoint_frequency=50),
+    Entry("ppo_atari_multigpu", ["BreakoutNoFrameskip-v4"], 500_000, launcher=("torchrun", "--standalone", "--nproc_per_node=2"), hours=2.5, checkpoint_frequency=50),
     Entry("dqn_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.5),
     Entry("c51_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.5),
-    Entry("ppg_procgen", ["starpilot"], 1_000_000, hours=8.0),
+    # one PPG phase: 32 policy iterations of 64 envs x 256 steps, then the auxiliary phase. A checkpoint inside the
+    # phase holds the rollouts stored so far (200 MB per iteration), so every 8 iterations (about 25 minutes); run it
+    # with one worker: the phase's buffer is 6.5 GB per run
+    Entry("ppg_procgen", ["starpilot"], 524_288, hours=5.1, checkpoint_frequency=8),
 ]
 
 # Published results of the reference CleanRL scripts (3 seeds, gymnasium 0.29; their docs): script -> our env id ->

@@ -8,10 +8,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from benchmark.kept import read_kept
 from benchmark.report import (
@@ -107,6 +109,47 @@ def test_resume_skips_finished_runs_and_reruns_failed_ones(ppo_bench, tmp_path):
     proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "2", "--out", "results", "--keep", "benchmark/kept", *ppo, cwd=work)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 runs (2 already finished)" in proc.stdout
+
+
+def test_resume_stopped_continues_a_run_from_its_checkpoint(tmp_path):
+    """--resume-stopped: a run stopped (SIGTERM: it checkpoints and exits) after its first checkpoint starts again in
+    its own directory, continues with `--resume auto` and ends as one run whose kept file holds the whole budget; a
+    run directory left without a checkpoint (an attempt killed before its first one) goes to .incomplete."""
+    total = 32768  # 64 iterations of 512 steps: the stop comes well before the end
+    command = [sys.executable, str(PPO), "--total-timesteps", str(total), "--save-model", "--checkpoint-frequency", "1", "--resume", "auto"]
+    workdir = tmp_path / "results/ppo/CartPole-v1/seed1"
+    workdir.mkdir(parents=True)
+    (workdir / "log.txt").write_text("first attempt\n")
+    stale = workdir / "runs" / "CartPole-v1__ppo__1__1000"  # older than the real attempt, and no checkpoint
+    stale.mkdir(parents=True)
+    (stale / "events.out.tfevents.stale").write_bytes(b"")
+    proc = subprocess.Popen([*command, "--env-id", "CartPole-v1", "--seed", "1"], cwd=workdir, env=script_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while not list(workdir.glob("runs/*/checkpoint.pt")) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM  # stopped cleanly, after a checkpoint
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (first,) = workdir.glob("runs/*/checkpoint.pt")
+    stopped_at = torch.load(first, map_location="cpu", weights_only=True)["global_step"]
+    assert 0 < stopped_at < total
+    proc = bench("--env-ids", "CartPole-v1", "--seeds", "1", "--out", "results", "--keep", "benchmark/kept",
+                 "--resume-stopped", "--", *command, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"CartPole-v1 seed 1: stopped attempt has a checkpoint; continuing it in {workdir}" in proc.stdout
+    assert "| CartPole-v1 | 1 | ok | 0 |" in proc.stdout and "continued a stopped attempt from its checkpoint" in proc.stdout
+    assert [p.name for p in (workdir / "runs").iterdir()] == [first.parent.name]
+    assert len(list((tmp_path / "results/ppo/.incomplete/CartPole-v1").glob("seed1-*/runs/CartPole-v1__ppo__1__1000"))) == 1
+    assert (workdir / "log.txt").read_text().startswith("first attempt\n")  # appended to, not replaced
+    kept = read_kept(tmp_path / "benchmark/kept/ppo/CartPole-v1/seed1.json")
+    assert kept["last_step"] == total and kept["seconds"] is None
+    # episodes logged before and after the stop, in one run's events
+    steps = kept["episodes"]["step"]
+    assert steps == sorted(steps) and steps[0] < stopped_at < steps[-1]
 
 
 def test_gpus_are_handed_out_round_robin_and_timeouts_fail(tmp_path):
