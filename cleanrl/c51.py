@@ -12,6 +12,7 @@ Run:
 """
 
 from dataclasses import dataclass
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -114,15 +115,17 @@ def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
             target_param.copy_(tau * param + (1.0 - tau) * target_param)
 
 
-def epsilon_greedy(greedy: np.ndarray, n_actions: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+def epsilon_greedy(greedy: Callable[[], np.ndarray], n_envs: int, n_actions: int, epsilon: float,
+                   rng: np.random.Generator) -> np.ndarray:
     """Per env: a uniformly random action with probability epsilon, else its greedy action argmax_a Q(s, a).
 
-    The greedy actions come in computed (the policy step); the coin flips and random actions are drawn here
-    from the numpy Generator, so compiled and plain runs explore alike.
+    The coin flips and random actions are drawn from the numpy Generator, so compiled and plain runs explore
+    alike; `greedy()` runs the network (the policy step) only if some env exploits. A step on which every env
+    explores (most steps early on, while epsilon is near 1) skips it: the draws, and so the run, are the same.
     """
-    n_envs = len(greedy)
     explore = rng.random(n_envs) < epsilon
-    return np.where(explore, rng.integers(0, n_actions, size=n_envs), greedy)
+    random_actions = rng.integers(0, n_actions, size=n_envs)
+    return random_actions if explore.all() else np.where(explore, random_actions, greedy())
 
 
 def categorical_projection(
@@ -158,10 +161,12 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
     obs, _ = envs.reset(seed=args.seed + 10_000)
     returns = []
     while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            _, q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
-        greedy = q_values.argmax(dim=1).cpu().numpy()
-        obs, _, _, _, infos = envs.step(epsilon_greedy(greedy, q_values.shape[1], epsilon, rng))
+        def greedy() -> np.ndarray:
+            with torch.no_grad():
+                _, q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
+            return q_values.argmax(dim=1).cpu().numpy()
+
+        obs, _, _, _, infos = envs.step(epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng))
         if "episode" in infos:
             returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
     envs.close()
@@ -264,8 +269,11 @@ if __name__ == "__main__":
         # act: global_step counts the environment steps taken so far, this one included
         global_step = iteration * args.num_envs
         epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step - args.num_envs)
-        greedy = policy_step(torch.as_tensor(obs, dtype=torch.float32, device=device))
-        actions = epsilon_greedy(greedy.cpu().numpy(), n_actions, epsilon, action_rng)
+        # the greedy actions argmax_a Q(s, a), computed only if some env exploits
+        actions = epsilon_greedy(
+            lambda: policy_step(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy(),
+            args.num_envs, n_actions, epsilon, action_rng,
+        )
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)

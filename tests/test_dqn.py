@@ -42,23 +42,40 @@ def test_update_target_hard_and_soft():
 
 
 def test_epsilon_greedy_extremes_and_rate():
-    greedy = np.ones(2000, dtype=np.int64)  # argmax of Q = [0, 3, 1] in every env
+    greedy = lambda: np.ones(2000, dtype=np.int64)  # noqa: E731  (argmax of Q = [0, 3, 1] in every env)
     rng = np.random.default_rng(0)
-    assert (epsilon_greedy(greedy, 3, 0.0, rng) == 1).all()
-    random_actions = epsilon_greedy(greedy, 3, 1.0, rng)
+    assert (epsilon_greedy(greedy, 2000, 3, 0.0, rng) == 1).all()
+    random_actions = epsilon_greedy(greedy, 2000, 3, 1.0, rng)
     assert set(random_actions.tolist()) == {0, 1, 2}
     # with epsilon 0.3 an action other than the greedy one comes from 2/3 of the random draws
-    assert np.mean(epsilon_greedy(greedy, 3, 0.3, rng) != 1) == pytest.approx(0.2, abs=0.03)
+    assert np.mean(epsilon_greedy(greedy, 2000, 3, 0.3, rng) != 1) == pytest.approx(0.2, abs=0.03)
 
 
 def test_epsilon_greedy_draws_coins_then_random_actions():
     # the numpy stream is used as before the policy step was split out: one coin per env, then one random
     # action per env, whatever the coins say (resumed runs and old checkpoints depend on this order)
     rng, ref = np.random.default_rng(5), np.random.default_rng(5)
-    actions = epsilon_greedy(np.array([2, 2, 2, 2]), 4, 0.5, rng)
+    actions = epsilon_greedy(lambda: np.array([2, 2, 2, 2]), 4, 4, 0.5, rng)
     coins, randoms = ref.random(4) < 0.5, ref.integers(0, 4, size=4)
+    assert 0 < coins.sum() < 4  # this seed mixes exploring and exploiting envs
     assert actions.tolist() == np.where(coins, randoms, 2).tolist()
     assert rng.random() == ref.random()
+
+
+def test_epsilon_greedy_runs_the_network_only_if_some_env_exploits():
+    calls = []
+
+    def greedy() -> np.ndarray:
+        calls.append(1)
+        return np.array([7, 7])
+
+    rng, ref = np.random.default_rng(3), np.random.default_rng(3)
+    # epsilon 1: every coin says explore, the greedy actions are never computed, the draws are the same
+    actions = epsilon_greedy(greedy, 2, 4, 1.0, rng)
+    assert calls == [] and actions.tolist() == (ref.random(2), ref.integers(0, 4, size=2))[1].tolist()
+    assert rng.random() == ref.random()
+    # epsilon 0: every env exploits, one call
+    assert epsilon_greedy(greedy, 2, 4, 0.0, rng).tolist() == [7, 7] and calls == [1]
 
 
 # 1000 steps over 2 envs (500 iterations), learning from step 501 with a gradient step every 2nd step, losses at
