@@ -121,9 +121,13 @@ class Agent(nn.Module):
         )
         self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+        # Conv weights and frames in the channels-last layout: the same values, but the update's convolutions (256
+        # frames, forward and backward) run about 1.3x faster on a CPU than in the default layout; rounding differs.
+        self.to(memory_format=torch.channels_last)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.network(x / 255.0)  # uint8 frames in [0, 255] -> floats in [0, 1]
+        # uint8 frames in [0, 255] -> floats in [0, 1], channels last (the division keeps the layout)
+        return self.network(x.contiguous(memory_format=torch.channels_last) / 255.0)
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         return self.critic(self.features(x))

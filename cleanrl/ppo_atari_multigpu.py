@@ -131,9 +131,13 @@ class Agent(nn.Module):
         )
         self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+        # Conv weights and frames in the channels-last layout: the same values, but the update's convolutions (256
+        # frames, forward and backward) run about 1.3x faster on a CPU than in the default layout; rounding differs.
+        self.to(memory_format=torch.channels_last)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.network(x / 255.0)  # uint8 frames in [0, 255] -> floats in [0, 1]
+        # uint8 frames in [0, 255] -> floats in [0, 1], channels last (the division keeps the layout)
+        return self.network(x.contiguous(memory_format=torch.channels_last) / 255.0)
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         return self.critic(self.features(x))
@@ -175,9 +179,13 @@ def broadcast_parameters(module: nn.Module, world_size: int) -> None:
     """Copy rank 0's weights to every rank (one flat broadcast), so all replicas start identical."""
     if world_size == 1:
         return
-    flat = nn.utils.parameters_to_vector(module.parameters())
+    params = [p.detach() for p in module.parameters()]
+    flat = torch.cat([p.reshape(-1) for p in params])  # reshape, not view: the conv weights are channels last
     dist.broadcast(flat, src=0)
-    nn.utils.vector_to_parameters(flat, module.parameters())
+    offset = 0
+    for p in params:
+        p.copy_(flat[offset : offset + p.numel()].view_as(p))  # copied in place: each keeps its layout
+        offset += p.numel()
 
 
 def all_reduce_gradients(params: list[nn.Parameter], world_size: int) -> None:

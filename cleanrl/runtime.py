@@ -4,6 +4,7 @@ flags, 2. start-up, 3. checkpoints (docs/saving-resuming.md), 4. `Run`, the hand
 5. --eval-only, 6. speed, 7. replay memories, 8. environments (classic control, MuJoCo, Atari, Procgen)."""
 
 import contextlib
+import cProfile
 import glob
 import io
 import itertools
@@ -591,6 +592,10 @@ class Progress:
 
 
 # 4. The handle a training loop talks to
+# benchmark/profile_split.py sets it to a file name: the run profiles (cProfile) the span its SPS measures and
+# writes the stats there (Run.dump_profile); unset, nothing is profiled
+PROFILE_ENV = "CLEANRL_PROFILE"
+
 class Run:
     """One training run and the calls its loop makes. `state` maps checkpoint keys to the script's stateful objects;
     an entry may be None (saved as None, left as built on resume), e.g. a replay memory only --save-buffer keeps."""
@@ -605,6 +610,7 @@ class Run:
                                  args.progress_interval)
         self.wall_start, self.saved_any = time.time(), checkpoint is not None
         self.clock: Optional[tuple[float, int]] = None  # (time, global step) the SPS clock started at
+        self.profiler: Optional[cProfile.Profile] = None  # with CLEANRL_PROFILE set: the measured span's profile
         self.threads = ThreadGuard() if device.type == "cpu" and args.torch_threads == 0 else None
 
     @property
@@ -661,6 +667,19 @@ class Run:
     def start_clock(self, global_step: int) -> None:
         """SPS counts from here: after the warm-up (compilation, CUDA graph recording, steps before learning)."""
         self.clock = (time.time(), global_step)
+        if os.environ.get(PROFILE_ENV) and self.rank == 0 and self.profiler is None:
+            self.profiler, self.profile_from = cProfile.Profile(), self.clock
+            self.profiler.enable()
+
+    def dump_profile(self, global_step: int) -> None:
+        """Write the profile of the measured span (from the first start_clock to the end of the loop) to the file
+        CLEANRL_PROFILE names, and its steps and seconds beside it (the same name + .json)."""
+        self.profiler.disable()
+        path = os.environ[PROFILE_ENV]
+        self.profiler.dump_stats(path)
+        with open(path + ".json", "w") as f:
+            json.dump({"first_step": self.profile_from[1], "last_step": global_step,
+                       "seconds": time.time() - self.profile_from[0]}, f)
 
     def sps(self, global_step: int) -> Optional[int]:
         if self.clock is not None and global_step > self.clock[1]:
@@ -725,6 +744,8 @@ class Run:
 
     def finish(self, global_step: int, next_obs, model, evaluate: Callable[[], list], **extra) -> None:
         """After the loop: with --save-model the final checkpoint, the model (state dict or dict of them), its eval."""
+        if self.profiler is not None:
+            self.dump_profile(global_step)
         self.progress.close()
         self.envs.close()
         if self.args.save_model and self.rank == 0:

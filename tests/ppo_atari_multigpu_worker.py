@@ -86,7 +86,7 @@ if __name__ == "__main__":
             result["grads"].append(torch.cat([p.grad.reshape(-1) for p in agent.parameters()]).clone())
             nn.utils.clip_grad_norm_(agent.parameters(), MAX_GRAD_NORM)
             optimizer.step()
-        result["params"] = nn.utils.parameters_to_vector(agent.parameters()).detach().clone()
+        result["params"] = torch.cat([p.detach().reshape(-1) for p in agent.parameters()])  # reshape: conv weights are channels last
         # collective decisions: rank r reports KL r, so the rank-average is (world_size - 1) / 2
         kl = torch.tensor(float(rank))
         result["stop_at_0.4"] = stop_early(kl, 0.4, world_size)

@@ -664,3 +664,60 @@ def test_throughput_bad_cleanrl_input(tmp_path):
 def test_run_names_with_a_slash_in_the_env_id():
     assert parse_run_name(Path("r/ALE/seed1/runs/ALE/Pong-v5__ppo_atari__3__1700000000")) == ("ALE/Pong-v5", 3)
     assert parse_run_name(Path("r/runs/CartPole-v1__ppo__1__1700000000")) == ("CartPole-v1", 1)
+
+
+def test_profile_split_categories_and_shares_by_hand():
+    from benchmark.profile_split import category, split
+
+    assert category("~", "<method 'run_backward' of 'torch._C._EngineBase' objects>") == "torch"
+    assert category("~", "<built-in method mujoco._functions.mj_step>") == "environment"
+    assert category("~", "<built-in method marshal.loads>") == "imports"
+    assert category("~", "<method 'reduce' of 'numpy.ufunc' objects>") == "numpy"
+    assert category("~", "<method 'release' of '_thread.lock' objects>") == "other"
+    site = "/v/lib/python3.11/site-packages"
+    assert category(f"{site}/gymnasium/vector/sync_vector_env.py", "step") == "environment"
+    assert category(f"{site}/torch/nn/modules/module.py", "_call_impl") == "torch"
+    assert category(f"{site}/numpy/_core/shape_base.py", "stack") == "numpy"
+    assert category("/work/main/cleanrl/runtime.py", "add") == "cleanrl"
+    assert category("<frozen importlib._bootstrap>", "_find_and_load") == "imports"
+    assert category("/usr/lib/python3.11/copy.py", "deepcopy") == "other"
+    times = {
+        ("~", 0, "<built-in method torch._C._nn.linear>"): (2.0, 300),
+        (f"{site}/torch/nn/modules/module.py", 1, "_call_impl"): (1.0, 900),
+        (f"{site}/gymnasium/core.py", 10, "step"): (1.0, 100),
+        ("/work/main/cleanrl/dqn.py", 5, "epsilon_greedy"): (0.5, 100),
+    }
+    # a 5 s span: 4.5 s in functions, the other 0.5 s in the loop's own lines
+    out = split(times, top=1, span_seconds=5.0)
+    assert out["torch"] == {"seconds": 3.0, "share": 0.6, "top": [["<built-in method torch._C._nn.linear>", 2.0, 300]]}
+    assert out["environment"]["top"] == [["core.py:10(step)", 1.0, 100]] and out["environment"]["share"] == 0.2
+    assert out["cleanrl"]["seconds"] == 0.5 and out["loop"] == {"seconds": 0.5, "share": 0.1, "top": []}
+    assert out["numpy"] == {"seconds": 0.0, "share": 0.0, "top": []}
+
+
+def test_profile_split_profiles_the_measured_span_of_a_real_run(tmp_path):
+    """ppo.py under CLEANRL_PROFILE: the profile starts with the SPS clock (after the first iteration), so the policy
+    step is seen once per rollout step of the other iterations; commands that are not a script of this project fail
+    in one line."""
+    out = tmp_path / "split.json"
+    cmd = [sys.executable, str(ROOT / "benchmark/profile_split.py"), "--out", str(out), "--no-unprofiled", "--",
+           "python", str(PPO), "--total-timesteps", "2048", "--num-envs", "2", "--num-steps", "64", "--torch-threads", "1"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    # 16 iterations of 2 x 64 steps; the clock starts after the first
+    assert result["span"]["first_step"] == 128 and result["span"]["last_step"] == 2048
+    assert "- profiled span: steps 128 to 2048" in proc.stdout
+    split = result["split"]
+    assert ["ppo.py", 15 * 64] in [[label.split(":")[0], calls] for label, _, calls in split["cleanrl"]["top"] if "(act)" in label]
+    assert split["imports"]["seconds"] < 0.05 * result["span"]["seconds"]  # start-up is outside the span
+    assert split["torch"]["share"] > 0.2 and split["environment"]["share"] > 0.02
+    assert sum(row["share"] for row in split.values()) == pytest.approx(1.0, abs=1e-3)
+    script = tmp_path / "other.py"
+    script.write_text("print('no run here')\n")
+    for command, error in (
+        (["torchrun", str(script)], "error: the command must be `python SCRIPT.py [FLAGS]` (launchers such as torchrun are not profiled)"),
+        (["python", str(script)], "error: other.py wrote no profile: it is no script of this project, or its run never started its SPS clock"),
+    ):
+        bad = subprocess.run([*cmd[:2], "--no-unprofiled", "--", *command], cwd=tmp_path, env=script_env(), capture_output=True, text=True)
+        assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [error.replace("other.py", str(script))]
