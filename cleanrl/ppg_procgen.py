@@ -223,9 +223,14 @@ class ImpalaEncoder(nn.Module):
             c, h, w = out, (h + 1) // 2, (w + 1) // 2
         self.convs = nn.Sequential(*seqs)
         self.dense = layer_init_normed(nn.Linear(c * h * w, hidden), scale=1.4)
+        # Conv weights and frames in the channels-last layout: the same values, but the convolutions ran 1.66x
+        # faster on a CPU (64-frame forward passes and 512-frame updates alike); float rounding differs.
+        self.convs.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.convs(x.float() / 255.0)
+        # uint8 frames -> floats in [0, 1], channels last (the conversion and division keep the layout); flatten(1)
+        # reads the logical (channel, height, width) order, so the dense layer sees what it did before
+        x = self.convs(x.contiguous(memory_format=torch.channels_last).float() / 255.0)
         return torch.relu(self.dense(torch.relu(x.flatten(1))))
 
 

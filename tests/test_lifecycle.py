@@ -583,7 +583,8 @@ class NonFinite:
 
 def first_moment(optimizer: str, index: int) -> Callable[[dict], None]:
     def poison(checkpoint: dict) -> None:
-        checkpoint[optimizer]["state"][index]["exp_avg"].view(-1)[0] = math.nan
+        exp_avg = checkpoint[optimizer]["state"][index]["exp_avg"]
+        exp_avg[(0,) * exp_avg.dim()] = math.nan  # its first element, whatever its layout (channels last)
 
     return poison
 
