@@ -74,14 +74,14 @@ SUITE = [
     # (Breakout's random play scores about 1.5 per game, starpilot's about 2 to 3). The PPO and PPG runs checkpoint
     # (a few MB, every 50 iterations: a few minutes) and continue where they stopped. DQN and C51 do not: a resume
     # without their replay memory (GBs with --save-buffer) would change the run's course.
-    Entry("ppo_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=2.0, checkpoint_frequency=50),
-    Entry("ppo_atari_multigpu", ["BreakoutNoFrameskip-v4"], 500_000, launcher=("torchrun", "--standalone", "--nproc_per_node=2"), hours=2.5, checkpoint_frequency=50),
+    Entry("ppo_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=1.7, checkpoint_frequency=50),
+    Entry("ppo_atari_multigpu", ["BreakoutNoFrameskip-v4"], 500_000, launcher=("torchrun", "--standalone", "--nproc_per_node=2"), hours=2.1, checkpoint_frequency=50),
     Entry("dqn_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.5),
     Entry("c51_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.5),
     # one PPG phase: 32 policy iterations of 64 envs x 256 steps, then the auxiliary phase. A checkpoint inside the
     # phase holds the rollouts stored so far (200 MB per iteration), so every 8 iterations (about 25 minutes); run it
     # with one worker: the phase's buffer is 6.5 GB per run
-    Entry("ppg_procgen", ["starpilot"], 524_288, hours=5.1, checkpoint_frequency=8),
+    Entry("ppg_procgen", ["starpilot"], 524_288, hours=3.2, checkpoint_frequency=8),
 ]
 
 # Published results of the reference CleanRL scripts (3 seeds, gymnasium 0.29; their docs): script -> our env id ->
