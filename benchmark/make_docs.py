@@ -347,6 +347,8 @@ steps) are one shell file per script, for a machine with GPUs:
 - `benchmark/throughput.py` measures every script plain and with its speed flags, beside Stable-Baselines3 (in its
   own virtual environment: `python benchmark/throughput.py --setup-sb3-venv benchmark/results/.venv-sb3`) and the
   raw environment, alternating them so load noise hits all alike.
+- `benchmark/profile_split.py` profiles the span a run's SPS measures and splits its time between the
+  environment, torch and the Python around them ([where the time goes](speed.md#where-the-time-goes)).
 """
 
 
