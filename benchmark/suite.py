@@ -41,6 +41,7 @@ class Entry:
     # > 0: a run checkpoints every this many iterations and a stopped one continues from its last checkpoint (on the
     # same machine) instead of starting over: for runs longer than a working session
     checkpoint_frequency: int = 0
+    max_workers: int = 0  # > 0: at most this many of the entry's runs at once, whatever --workers says (memory)
 
     def command(self) -> list[str]:
         resume = ("--save-model", "--checkpoint-frequency", str(self.checkpoint_frequency), "--resume", "auto")
@@ -79,9 +80,9 @@ SUITE = [
     Entry("dqn_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.5),
     Entry("c51_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.5),
     # one PPG phase: 32 policy iterations of 64 envs x 256 steps, then the auxiliary phase. A checkpoint inside the
-    # phase holds the rollouts stored so far (200 MB per iteration), so every 8 iterations (about 25 minutes); run it
-    # with one worker: the phase's buffer is 6.5 GB per run
-    Entry("ppg_procgen", ["starpilot"], 524_288, hours=3.2, checkpoint_frequency=8),
+    # phase holds the rollouts stored so far (200 MB per iteration), so every 8 iterations (about 25 minutes); one
+    # run at a time: the phase's buffer is 6.5 GB per run, and a checkpoint copies up to 5 GB of it
+    Entry("ppg_procgen", ["starpilot"], 524_288, hours=3.2, checkpoint_frequency=8, max_workers=1),
 ]
 
 # Published results of the reference CleanRL scripts (3 seeds, gymnasium 0.29; their docs): script -> our env id ->
@@ -107,7 +108,7 @@ class Args:
     only: list[str] = field(default_factory=list)
     """run only the entries of these scripts (e.g. ppo dqn); empty: every entry"""
     workers: int = 1
-    """runs at the same time (benchmark/run.py --workers)"""
+    """runs at the same time (benchmark/run.py --workers); ppg_procgen runs one at a time whatever this says"""
     dry_run: bool = False
     """if toggled, print each entry's command and how many of its runs are kept, and run nothing"""
 
@@ -132,8 +133,9 @@ def main(args: Args) -> int:
         done = kept_runs(entry)
         print(f"# {entry.script}: {done}/{total} runs kept, about {entry.hours:g} CPU hours in all", flush=True)
         cmd = entry.runner_command()
-        if args.workers != 1:
-            cmd[2:2] = ["--workers", str(args.workers)]
+        workers = min(args.workers, entry.max_workers) if entry.max_workers else args.workers
+        if workers != 1:
+            cmd[2:2] = ["--workers", str(workers)]
         print(shlex.join(cmd), flush=True)
         if args.dry_run or done == total:
             continue

@@ -79,3 +79,18 @@ def test_throughput_table_has_the_upstream_columns_only_when_measured():
     assert text.count("| `ppo` | 0.10 |\n") == 2
     assert "Environments: `CartPole-v1` for `ppo`, `ppo`." in text
     assert "gymnasium 0.29.1, numpy 1.26.4, torch 2.13.0+cpu" in text and "one torch thread per trainer of ours and SB3" in text
+
+
+def test_suite_dry_run_passes_workers_but_runs_ppg_one_at_a_time():
+    """--workers reaches benchmark/run.py, except for an entry with a cap (PPG's 6.5 GB phase buffer per run); the
+    long entries carry the checkpoint flags and --resume-stopped."""
+    cmd = [sys.executable, str(ROOT / "benchmark/suite.py"), "--dry-run", "--workers", "2", "--only", "ppg_procgen", "ppo_atari"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runners = [line.split() for line in proc.stdout.splitlines() if line.startswith("python benchmark/run.py")]
+    by_script = {next(t for t in r if t.endswith(".py") and t.startswith("cleanrl/")): r for r in runners}
+    ppo, ppg = by_script["cleanrl/ppo_atari.py"], by_script["cleanrl/ppg_procgen.py"]
+    assert ppo[2:4] == ["--workers", "2"] and "--workers" not in ppg
+    for runner in (ppo, ppg):
+        assert "--resume-stopped" in runner[: runner.index("--")]
+        assert runner[-2:] == ["--resume", "auto"] and "--save-model" in runner
