@@ -164,7 +164,7 @@ def main(args: Args, command: list[str]) -> int:
         profiled = run([sys.executable, script, *flags], scratch, dict(env, CLEANRL_PROFILE=prof))
         if not os.path.exists(prof):
             fail(f"{command[1]} wrote no profile: it is no script of this project, or its run never started its SPS clock")
-        times = {key: (tottime, calls) for key, (_, calls, tottime, _, _) in pstats.Stats(prof).stats.items()}
+        times = own_times(pstats.Stats(prof))
         span = json.loads(Path(prof + ".json").read_text())
         unprofiled = run([sys.executable, script, *flags], scratch, env) if args.unprofiled else None
     result = {
