@@ -128,12 +128,13 @@ def test_two_ranks_with_half_the_minibatch_each_make_the_same_update_as_one_proc
 
 
 def test_plain_python_is_ppo_atari(workdir):
-    # world size 1: no process group, no collective; seeds, rollout and update are ppo_atari.py's
+    # world size 1: no process group, no collective; seeds, rollout and update are ppo_atari.py's. Both on one torch
+    # thread: ppo_atari.py's default takes the free cores, and its channels-last convolutions round differently on two
     logged = []
     for script in ("ppo_atari.py", SCRIPT):
         cwd = workdir / script
         cwd.mkdir()
-        run_script(script, *TINY, "--total-timesteps", "128", cwd=cwd, timeout=TIMEOUT)
+        run_script(script, *TINY, "--total-timesteps", "128", "--torch-threads", "1", cwd=cwd, timeout=TIMEOUT)
         scalars = read_scalars(single_run_dir(cwd))
         logged.append({k: [(s, v) for s, v in scalars[k]] for k in PPO_LOSSES + ("charts/learning_rate",)})
     assert logged[0] == logged[1]
@@ -253,7 +254,12 @@ def test_two_nodes_without_a_shared_runs_directory_resume_from_node_0(tmp_path):
     for p in procs:  # AWS Batch stops every node's container with SIGTERM
         p.send_signal(signal.SIGTERM)
     outputs = [p.communicate(timeout=TIMEOUT) for p in procs]
-    assert "SIGTERM: stopped after global step" in outputs[0][0], outputs[0][1][-3000:]
+    # Rank 0 says it stopped at the next iteration's end. Once in CI an agent got a second SIGTERM from outside while
+    # it waited for its worker (torch raised it inside the agent's _close) and passed it on, and a second signal stops
+    # a run at once: then the checkpoint of the last whole iteration is what is left, which the resume below needs too.
+    second_signal = "in _close" in outputs[0][1] and "got signal: 15" in outputs[0][1]
+    assert "SIGTERM: stopped after global step" in outputs[0][0] or second_signal, outputs[0][1][-3000:]
+    assert all(p.returncode != 0 for p in procs), "a node finished its run after the signal"
     (checkpoint,) = dirs[0].glob("runs/*/checkpoint.pt")
     stopped = torch.load(checkpoint, map_location="cpu", weights_only=True)
     assert not stopped["finished"], "the run finished before the signal; the test did not test a resume"
