@@ -18,6 +18,7 @@ import shutil
 import signal
 import sys
 import time
+import zipfile
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Callable, NamedTuple, NoReturn, Optional
@@ -381,9 +382,12 @@ RUN_ENTRIES = ("script", "args", "run_name", "iteration", "global_step", "finish
 
 def read_torch_file(path: str, what: str):
     """torch.load(path) on the CPU, weights only; any failure to read (not a torch file, torn, unreadable) fails in
-    one line: the weights-only unpickler raises many exception types on foreign bytes (KeyError on a text file)."""
+    one line: the weights-only unpickler raises many exception types on foreign bytes (KeyError on a text file).
+    A torch file (a zip archive) is memory-mapped (private, copy-on-write): a checkpoint's replay memory (7 GB for DQN
+    on Atari) is copied from the page cache into the script's arrays instead of first into memory of its own, so a
+    resume needs it once, not twice. Other bytes are read plainly, so the error names what they are."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except Exception as e:  # noqa: BLE001 - whatever the bytes were, they are not a readable torch file
         fail(f"cannot read {what} {path}: {type(e).__name__}" + (f": {first_line(e)}" if str(e) else ""))
 
