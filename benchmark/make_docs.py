@@ -311,8 +311,9 @@ Every result above was trained on {", ".join(machines) or "a CPU machine"}, one 
 
 A finished run's episodes are kept in `benchmark/kept/<script>/<env>/seed<k>.json` (committed), so the suite
 resumes where it stopped, on any machine; `python benchmark/suite.py --dry-run` shows what is kept. The long
-SAC, Atari PPO and Procgen runs also checkpoint as they go: stopped, a run continues from its last checkpoint on the same
-machine (`--resume-stopped`, `--resume auto`) instead of starting over; the games in progress restart. This page,
+SAC, Atari and Procgen runs also checkpoint as they go (DQN and C51 with their replay memory): stopped, a run continues
+from its last checkpoint on the same machine (`--resume-stopped`, `--resume auto`) instead of starting over; the games
+in progress restart. A finished run's checkpoint is deleted. This page,
 the figures and the "Benchmark results" sections of the algorithm pages are then regenerated from the kept files:
 
 ```bash

@@ -24,7 +24,8 @@ the runner prints. With --resume-stopped, a stopped attempt that left a checkpoi
 started again in its own directory instead, its log appended to, so a command that carries
 `--save-model --checkpoint-frequency N --resume auto` continues from its last checkpoint (benchmark/suite.py does
 this for its long runs); the attempt's run directories without a checkpoint go to .incomplete, so the kept file
-reads the events of one run. Nothing is retried within one invocation: a failed run stays failed, it is listed in the
+reads the events of one run. With --resume-stopped a run's checkpoint is deleted once the run has finished (its
+events, model file and kept file stay). Nothing is retried within one invocation: a failed run stays failed, it is listed in the
 summary table with its exit code and log tail, and the runner exits 1.
 
 GPUs: taken from CUDA_VISIBLE_DEVICES when it is set, else from `nvidia-smi -L`. Each run gets
@@ -110,6 +111,7 @@ class Run:
     proc: Optional[subprocess.Popen] = None
     log_file: Optional[object] = None
     continued: bool = False  # started again in the directory of a stopped attempt (--resume-stopped)
+    drop_checkpoint: bool = False  # --resume-stopped: once the run has finished, its checkpoint is deleted
     kept: Optional[Path] = None  # where the run's kept result goes (None: keep nothing)
     name: str = ""
 
@@ -200,6 +202,7 @@ def prepare(run: Run, root: Path, skip_finished: bool, resume_stopped: bool = Fa
             keep(run, marker.get("seconds"), argv=marker["argv"])  # the command that made the run, not this one
         return
     stamp = int(time.time())
+    run.drop_checkpoint = resume_stopped
     if resume_stopped and not run.marker.exists() and list(run.workdir.glob("runs/*/checkpoint.pt")):
         # an attempt killed before its first checkpoint left a run directory that `--resume auto` will not
         # continue: set aside, else the kept file would find the events of two runs
@@ -262,6 +265,9 @@ def finish(run: Run, exit_code: int) -> None:
         tmp.rename(run.marker)
         if run.kept is not None:
             keep(run, None if run.continued else run.seconds)  # a continued run's earlier attempts were not timed
+        if run.drop_checkpoint:  # it was only there to continue from (DQN's on Atari hold a 7 GB replay memory)
+            for checkpoint in run.workdir.glob("runs/*/checkpoint.pt"):
+                checkpoint.unlink()
     else:
         run.status = "failed"
 

@@ -72,13 +72,14 @@ SUITE = [
     # steps) every 10,000 gradient updates and continue where they stopped
     Entry("sac_continuous_action", ["Hopper-v5", "HalfCheetah-v5"], 100_000, ("--save-buffer",), hours=1.6, checkpoint_frequency=10_000),
     # Atari and Procgen at a few hundred steps per second on a CPU: budgets where learning has clearly begun
-    # (Breakout's random play scores about 1.5 per game, starpilot's about 2 to 3). The PPO and PPG runs checkpoint
-    # (a few MB, every 50 iterations: a few minutes) and continue where they stopped. DQN and C51 do not: a resume
-    # without their replay memory (GBs with --save-buffer) would change the run's course.
+    # (Breakout's random play scores about 1.5 per game, starpilot's about 2 to 3). Every one of these runs checkpoints
+    # and continues where it stopped. PPO's checkpoints are a few MB (every 50 iterations: a few minutes). DQN's and
+    # C51's hold their replay memory (--save-buffer: 7.2 GB, the whole 1M-transition ring; each run holds as much in
+    # memory), every 25,000 gradient updates (100,000 steps, about 20 minutes).
     Entry("ppo_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=1.7, checkpoint_frequency=50),
     Entry("ppo_atari_multigpu", ["BreakoutNoFrameskip-v4"], 500_000, launcher=("torchrun", "--standalone", "--nproc_per_node=2"), hours=2.1, checkpoint_frequency=50),
-    Entry("dqn_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.5),
-    Entry("c51_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.5),
+    Entry("dqn_atari", ["BreakoutNoFrameskip-v4"], 500_000, ("--save-buffer",), hours=4.5, checkpoint_frequency=25_000),
+    Entry("c51_atari", ["BreakoutNoFrameskip-v4"], 500_000, ("--save-buffer",), hours=4.5, checkpoint_frequency=25_000),
     # one PPG phase: 32 policy iterations of 64 envs x 256 steps, then the auxiliary phase. A checkpoint inside the
     # phase holds the rollouts stored so far (200 MB per iteration), so every 8 iterations (about 25 minutes); one
     # run at a time: the phase's buffer is 6.5 GB per run, and a checkpoint copies up to 5 GB of it

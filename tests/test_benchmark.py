@@ -143,6 +143,8 @@ def test_resume_stopped_continues_a_run_from_its_checkpoint(tmp_path):
     assert f"CartPole-v1 seed 1: stopped attempt has a checkpoint; continuing it in {workdir}" in proc.stdout
     assert "| CartPole-v1 | 1 | ok | 0 |" in proc.stdout and "continued a stopped attempt from its checkpoint" in proc.stdout
     assert [p.name for p in (workdir / "runs").iterdir()] == [first.parent.name]
+    # the finished run's checkpoint is deleted (it was only there to continue from); its model file stays
+    assert not first.exists() and (first.parent / "ppo.cleanrl_model").exists()
     assert len(list((tmp_path / "results/ppo/.incomplete/CartPole-v1").glob("seed1-*/runs/CartPole-v1__ppo__1__1000"))) == 1
     assert (workdir / "log.txt").read_text().startswith("first attempt\n")  # appended to, not replaced
     kept = read_kept(tmp_path / "benchmark/kept/ppo/CartPole-v1/seed1.json")
