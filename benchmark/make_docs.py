@@ -257,6 +257,7 @@ def throughput_section(tp: Optional[dict]) -> str:
             "virtual environment."
         )
     command = re.sub(r"--cleanrl \S+", "--cleanrl CLEANRL_SNAPSHOT", tp["command"].strip())  # no local path
+    command = re.sub(r" --out \S+", "", command)  # where the results went on the measuring machine
     return (
         f"Measured {tp['started']} on {m['cpu']}, {m['gpu']}, torch {m['torch']}, "
         + ((("one torch thread per trainer" + (" of ours and SB3, " if upstream else ", ")))
@@ -320,7 +321,8 @@ the figures and the "Benchmark results" sections of the algorithm pages are then
 python benchmark/make_docs.py
 ```
 
-The throughput table: `python benchmark/throughput.py` (about 35 minutes with nothing else running), then
+The throughput table: `python benchmark/throughput.py --threads defaults --cleanrl CLEANRL_SNAPSHOT` (about 20
+minutes with nothing else running; `--threads one` puts every trainer on one torch thread instead), then
 `python benchmark/make_docs.py --throughput benchmark/results/speed/results.json`. On a machine with an NVIDIA GPU,
 one command runs the CUDA parity tests (`--compile --cudagraphs` and `--amp` against the plain CUDA path), a
 1-process NCCL run of `ppo_atari_multigpu.py` and the GPU throughput table, in at most 8 minutes, into one folder
