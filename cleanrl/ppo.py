@@ -141,11 +141,14 @@ def compute_gae(
     `dones[t]` = 1 (terminated or truncated) cuts the recursion, since step t+1 belongs to a new episode.
     Returns (advantages, returns), returns = advantages + values (the TD(lambda) value targets).
     """
+    # delta_t and the decay gamma * lambda * (1 - done_t) of every step at once, then the backward recursion
+    # A_t = delta_t + decay_t * A_{t+1}: the float32 ops of the one-step-at-a-time form, in its order (bit-identical)
+    deltas = rewards + gamma * next_values * (1.0 - terminations) - values
+    decays = gamma * gae_lambda * (1.0 - dones)
     advantages = torch.zeros_like(rewards)
     lastgaelam = torch.zeros_like(rewards[0])
     for t in reversed(range(rewards.shape[0])):
-        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
-        lastgaelam = delta + gamma * gae_lambda * (1.0 - dones[t]) * lastgaelam
+        lastgaelam = deltas[t] + decays[t] * lastgaelam
         advantages[t] = lastgaelam
     return advantages, advantages + values
 
