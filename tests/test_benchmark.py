@@ -167,7 +167,9 @@ def test_gpus_are_handed_out_round_robin_and_timeouts_fail(tmp_path):
 
 
 def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
-    slow = f"{QUICK} 'import time; time.sleep(30)' {{env_id}} {{seed}}"
+    # the first runner's run outlasts anything the test waits for (Ctrl-C ends it): with 30 s, a loaded machine once
+    # let it finish before the signal
+    slow = f"{QUICK} 'import time; time.sleep(600)' {{env_id}} {{seed}}"
     args = [sys.executable, str(ROOT / "benchmark/run.py"), "--command", slow, "--name", "x", "--env-ids", "A", "--seeds", "1", "--out", "r"]
     first = subprocess.Popen(args, cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE, text=True)
     try:
