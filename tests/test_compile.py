@@ -113,19 +113,22 @@ CASES = [
            atol=1e-5, loss_steps=(300, 400, 500)),
     # The Atari budget on the default backend: 75 gradient steps, losses logged at 200, 300, 400. No game ends in
     # 400 steps of Breakout, so only the losses are compared. Measured: compiled and plain agree to about 1e-5
-    # relative (td_loss, values ~1e-5..1e-3) and 1e-6 (q_values). --amp (bf16 forward passes) moved q_values by up
-    # to 8% (0.006 absolute) and td_loss by up to 1e-4 absolute; its check is a loose one (atol 0.02, rtol 0.1), for
-    # these tiny TD losses little more than: it runs end to end and logs finite losses at the same steps.
+    # relative (td_loss, values ~1e-5..1e-3) and 1e-6 (q_values). --amp (bf16 forward passes) is compared at the
+    # first update only: bf16 rounding depends on the CPU and grows with the updates. Measured on a CPU with
+    # AVX-512: q_values within 8% at every update; on an AVX2-only CPU, where torch emulates bf16: 0.6% at the first
+    # update (td_loss 3.7%, 8e-7 absolute), 11% at the second, 43% at the third.
     parity("dqn_atari.py", ATARI_VALUE, ("policy_step", "update"), rtol=1e-3, atol=1e-6, loss_steps=(200, 300, 400),
            episodes_rtol=None,
-           amp=Amp(("losses/td_loss", "losses/q_values"), rtol=0.1, atol=0.02, moved="losses/q_values")),
+           amp=Amp(("losses/td_loss", "losses/q_values"), rtol=0.1, atol=1e-6, moved="losses/q_values",
+                   first_update_only=True)),
     # The Atari budget: measured, compiled and plain agree to about 1e-7 relative (loss) and 1e-6 (q_values).
-    # --amp (bf16 forward passes) moved the loss by 4e-4 relative and q_values by up to 8% (0.002 absolute); its
-    # check is a loose one (atol 0.02, rtol 0.1): it runs end to end and logs finite losses at the same steps,
-    # close to the float32 ones.
+    # --amp (bf16 forward passes), at the first update only, as for dqn_atari: the loss moved by 4e-4 relative and
+    # q_values by up to 8% (0.002 absolute) over the three updates with AVX-512; on an AVX2-only CPU 6e-5 and 1.3% at
+    # the first update, 8% at the second.
     parity("c51_atari.py", ATARI_VALUE, ("policy_step", "update"), rtol=1e-3, atol=1e-6, loss_steps=(200, 300, 400),
            episodes_rtol=None,
-           amp=Amp(("losses/loss", "losses/q_values"), rtol=0.1, atol=0.02, moved="losses/q_values")),
+           amp=Amp(("losses/loss", "losses/q_values"), rtol=0.1, atol=1e-6, moved="losses/q_values",
+                   first_update_only=True)),
     # 300 critic steps, 150 delayed actor updates. Measured: compiled and plain losses differ by at most 8e-7
     # relative (fused kernels' rounding); the exploration noise comes from torch's generator in both paths.
     # The tolerance leaves room for rounding to grow with the updates; a wrong target or a skipped step moves the
