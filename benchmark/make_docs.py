@@ -165,19 +165,22 @@ def results_block(res: ScriptResults, figures_url: str, page_url: str) -> str:
                 cells.append(published_cell(ref, r["env_id"]) if ref and ref[0] == r["budget"] else "")
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+        per_seed = "; ".join(
+            f"`{r['env_id']}` " + ", ".join(fmt(x) for x in r["finals"]) for r in res.rows if len(r["finals"]) > 1
+        )
+        paragraph = []
         if same:
-            per_seed = "; ".join(
-                f"`{r['env_id']}` " + ", ".join(fmt(x) for x in r["finals"]) for r in res.rows if len(r["finals"]) > 1
-            )
-            out += [
+            paragraph.append(
                 "The reference numbers are the upstream CleanRL script's published results (3 seeds, gymnasium 0.29; "
                 "in brackets the environment version it ran where it differs from ours). Its tools average the end of "
-                "a run in their own way, so read differences within a standard deviation as noise. "
-                f"Final returns per seed (seeds in order): {per_seed}.",
-                "",
-            ]
-            if res.script in READINGS:
-                out += [READINGS[res.script], ""]
+                "a run in their own way, so read differences within a standard deviation as noise."
+            )
+        if per_seed:
+            paragraph.append(f"Final returns per seed (seeds in order): {per_seed}.")
+        if paragraph:
+            out += [" ".join(paragraph), ""]
+        if res.script in READINGS:
+            out += [READINGS[res.script], ""]
     context = {e: v for e, v in published.items() if not any(r["env_id"] == e and r["budget"] == v[0] for r in res.rows)}
     if context:
         quoted = ", ".join(f"{v[2]} {v[1]:,.1f} at {steps(v[0])} steps" for v in context.values())

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from benchmark.kept import KEPT, find_kept, read_kept
-from benchmark.make_docs import PAGES
+from benchmark.make_docs import PAGES, READINGS
 from benchmark.suite import SUITE
 from tests.helpers import ROOT
 
@@ -38,6 +38,23 @@ def test_every_algorithm_page_shows_the_figure_of_each_script_with_kept_runs(pag
             assert "| env | steps | seeds | final return |" in section
         else:
             assert f"### `{script}.py`" in section and "Not run yet" in section, f"{page} must say {script} is not run yet"
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_script_with_kept_runs_shows_its_seeds_and_its_reading(page):
+    # Each script's block runs from its heading to the next one; the per-seed finals and the written reading belong
+    # there whether or not the upstream script published a figure at the same budget.
+    section = results_section(page)
+    for script in PAGES[page]:
+        kept = find_kept(KEPT / script) if (KEPT / script).is_dir() else []
+        if not kept:
+            continue
+        block = section[section.index(f"### `{script}.py`"):]
+        block = block[: block.find("\n### ", 4) if "\n### " in block[4:] else None]
+        if len(kept) > 1:
+            assert "Final returns per seed (seeds in order):" in block, f"{page}: {script} gives no per-seed finals"
+        if script in READINGS:
+            assert READINGS[script] in block, f"{page}: {script}'s reading is missing"
 
 
 def test_kept_runs_are_whole_and_belong_to_the_suite():
