@@ -306,7 +306,7 @@ else the largest that does; each table says its budget.
 {gpu_section(tp_gpu)}
 ## Reproduce
 
-Every result above was trained on {", ".join(machines) or "a CPU machine"}, one run at a time, by
+Every result above was trained on {", ".join(machines) or "a CPU machine"}, one or two runs at a time (`--workers`), by
 `python benchmark/suite.py`, which runs these commands (3 seeds each):
 
 ```bash
