@@ -20,6 +20,10 @@ def test_committed_pages_regenerate_from_the_kept_runs():
     assert proc.returncode == 0, "run `python benchmark/make_docs.py` and commit its output:\n" + proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
+def kept_runs(script: str) -> list:
+    return find_kept(KEPT / script) if (KEPT / script).is_dir() else []
+
+
 def results_section(page: str) -> str:
     text = (ROOT / "docs" / page).read_text()
     return text[text.index("## Benchmark results") :]
@@ -32,7 +36,7 @@ def test_every_algorithm_page_shows_the_figure_of_each_script_with_kept_runs(pag
     for figure in figures:
         assert (ROOT / "docs" / page).parent.joinpath(figure).resolve().is_file(), f"{page}: {figure} does not exist"
     for script in PAGES[page]:
-        kept = find_kept(KEPT / script) if (KEPT / script).is_dir() else []
+        kept = kept_runs(script)
         if kept:
             assert f"../benchmark/{script}/curves.svg" in figures, f"{page} has no figure of {script}'s {len(kept)} kept runs"
             assert "| env | steps | seeds | final return |" in section
@@ -46,11 +50,12 @@ def test_every_script_with_kept_runs_shows_its_seeds_and_its_reading(page):
     # there whether or not the upstream script published a figure at the same budget.
     section = results_section(page)
     for script in PAGES[page]:
-        kept = find_kept(KEPT / script) if (KEPT / script).is_dir() else []
+        kept = kept_runs(script)
         if not kept:
             continue
         block = section[section.index(f"### `{script}.py`"):]
-        block = block[: block.find("\n### ", 4) if "\n### " in block[4:] else None]
+        end = block.find("\n### ")
+        block = block if end < 0 else block[:end]
         if len(kept) > 1:
             assert "Final returns per seed (seeds in order):" in block, f"{page}: {script} gives no per-seed finals"
         if script in READINGS:
