@@ -156,7 +156,9 @@ class Agent(nn.Module):
         rollout never uses."""
         action_mean = self.actor_mean(x)
         action_std = self.actor_logstd.expand_as(action_mean).exp()
-        action = torch.normal(action_mean, action_std)
+        # torch.normal(action_mean, action_std) computes exactly this (standard normal draws, times std, plus the
+        # mean), but first checks std >= 0 with a host sync, which a CUDA graph (--cudagraphs) cannot capture
+        action = torch.randn_like(action_mean) * action_std + action_mean
         log_prob = -((action - action_mean) ** 2) / (2 * action_std**2) - action_std.log() - LOG_SQRT_2PI
         return action, log_prob.sum(1), self.critic(x)
 
