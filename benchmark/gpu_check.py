@@ -42,7 +42,11 @@ class Args:
     out: str = "benchmark/results/gpu-check"
     """the folder for every result of the check (must not exist yet)"""
     minutes: float = 8.0
-    """the time limit of the whole check; each step gets its share (tests 45%, throughput table 50%)"""
+    """the time limit of the whole check: the tests get at most 45% of it, the throughput table 50% and whatever
+    the tests left unused"""
+    test_workers: int = 4
+    """test processes for the CUDA tests (pytest-xdist's -n; 0 runs them in one process): each test compares two
+    runs of its own, and the GPU has room for several at once"""
     dry_run: bool = False
     """if toggled, print the steps with their commands and time limits, and run nothing"""
 
@@ -58,9 +62,9 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
 
 
-def plan(out: Path, minutes: float) -> list[Step]:
+def plan(out: Path, minutes: float, test_workers: int = 4) -> list[Step]:
     total = minutes * 60
-    tests = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n", "0", "-q", "-rA",
+    tests = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n", str(test_workers), "-q", "-rA",
              "--junitxml", str(out / "cuda-tests.xml")]  # fmt: skip
     table = [sys.executable, "benchmark/throughput.py", "--cuda", "--scripts", "ppo_atari", "ppo_continuous_action",
              "sac_continuous_action", "td3_continuous_action", "dqn_atari", "--variants", "compile+cudagraphs",
@@ -123,7 +127,9 @@ def main(args: Args) -> int:
     out = Path(args.out).resolve()
     if not args.minutes > 0:
         fail(f"--minutes must be above 0, got {args.minutes}")
-    steps = plan(out, args.minutes)
+    if args.test_workers < 0:
+        fail(f"--test-workers must be 0 or more, got {args.test_workers}")
+    steps = plan(out, args.minutes, args.test_workers)
     if args.dry_run:
         for s in steps:
             print(f"{s.name} (at most {s.seconds:.0f} s): {shlex.join(s.command)}")
@@ -138,7 +144,10 @@ def main(args: Args) -> int:
     info = machine()
     (out / "machine.json").write_text(json.dumps(info, indent=2) + "\n")
     results = []
-    for step in steps:
+    start = time.time()
+    for i, step in enumerate(steps):
+        if i == len(steps) - 1:  # the last step (the table) also gets the time the steps before it left unused
+            step.seconds = max(step.seconds, args.minutes * 60 - (time.time() - start) - 5)
         print(f"[{step.name}] at most {step.seconds:.0f} s: {shlex.join(step.command)}", flush=True)
         results.append(run_step(step, out))
         write_summary(out, info, results)  # after every step, so a check cut short keeps what it did
