@@ -246,6 +246,8 @@ def throughput_section(tp: Optional[dict]) -> str:
     for row in tp["results"]:
         envs.setdefault(row["env_id"], []).append(f"`{row['script']}`")
     note = "\n\nEnvironments: " + "; ".join(f"`{e}` for {', '.join(s)}" for e, s in envs.items()) + "."
+    if tp.get("note"):  # written into results.json by hand where a table was put together from two runs
+        note += "\n\n" + tp["note"]
     if busy:
         note += f"\n\n\\* other work shared the CPU during this row (load above {cores} cores): its ratios are uncertain."
     if upstream:
@@ -262,10 +264,12 @@ def throughput_section(tp: Optional[dict]) -> str:
     command = re.sub(r"--cleanrl \S+", "--cleanrl CLEANRL_SNAPSHOT", tp["command"].strip())  # no local path
     command = re.sub(r" --out \S+", "", command)  # where the results went on the measuring machine
     return (
-        f"Measured {tp['started']} on {m['cpu']}, {m['gpu']}, torch {m['torch']}, "
+        f"Measured {tp['started']} on {m['cpu']}, {re.sub(r' [(]UUID: [^)]*[)]', '', m['gpu'])}, torch {m['torch']}, "
         + ((("one torch thread per trainer" + (" of ours and SB3, " if upstream else ", ")))
            if tp.get("threads", "one") == "one" else "every trainer at its default torch threads, ")
-        + f"by `{command}`. Steps per second after warm-up, medians of alternated rounds; `X / plain` "
+        + f"by `{command}`. Steps per second after warm-up, "
+        + ("one run of each" if all(row.get("rounds") == 1 for row in tp["results"]) else "medians of alternated rounds")
+        + "; `X / plain` "
         "is the speed-up of a flag, `plain / SB3` ours against Stable-Baselines3 doing the same work (above 1: ours is "
         "faster; `-`: SB3 has no such algorithm), `plain / raw env` the share of the environment's own speed that "
         f"training reaches.\n\nAgainst the other implementations:\n\n" + "\n".join(tables[0])
