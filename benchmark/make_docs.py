@@ -221,7 +221,8 @@ def throughput_section(tp: Optional[dict]) -> str:
     # the upstream CleanRL columns only in tables measured with --cleanrl
     upstream = any("plain/cleanrl" in row["ratios"] for row in tp["results"])
     # two tables, so that each fits the page: ours against the other implementations; the flags and the env
-    peers = ["script", "plain SPS", "plain / SB3"]
+    sb3 = any("plain/sb3" in row["ratios"] for row in tp["results"])  # not in a table measured with --no-sb3
+    peers = ["script", "plain SPS", *(["plain / SB3"] if sb3 else [])]
     peers += ["plain / CleanRL", "plain / CleanRL (process)"] if upstream else []
     own = ["script", *[f"{v} / plain" for v in variants], "plain / raw env"]
     tables = [["| " + " | ".join(h) + " |", "|" + "---|" * len(h)] for h in (peers, own)]
@@ -237,7 +238,7 @@ def throughput_section(tp: Optional[dict]) -> str:
             return "-" if v is None else f"{v:.2f}"
 
         sps = row["sps"].get("plain")
-        cells = [f"`{row['script']}`{mark}", "failed" if sps is None else f"{sps:,.0f}", ratio("plain/sb3")]
+        cells = [f"`{row['script']}`{mark}", "failed" if sps is None else f"{sps:,.0f}", *([ratio("plain/sb3")] if sb3 else [])]
         cells += [ratio("plain/cleanrl"), ratio("plain/cleanrl (process)")] if upstream else []
         tables[0].append("| " + " | ".join(cells) + " |")
         cells = [f"`{row['script']}`{mark}", *[ratio(f"{v}/plain") for v in variants], ratio("plain/raw")]
@@ -270,9 +271,12 @@ def throughput_section(tp: Optional[dict]) -> str:
         + f"by `{command}`. Steps per second after warm-up, "
         + ("one run of each" if all(row.get("rounds") == 1 for row in tp["results"]) else "medians of alternated rounds")
         + "; `X / plain` "
-        "is the speed-up of a flag, `plain / SB3` ours against Stable-Baselines3 doing the same work (above 1: ours is "
-        "faster; `-`: SB3 has no such algorithm), `plain / raw env` the share of the environment's own speed that "
-        f"training reaches.\n\nAgainst the other implementations:\n\n" + "\n".join(tables[0])
+        "is the speed-up of a flag, "
+        + ("`plain / SB3` ours against Stable-Baselines3 doing the same work (above 1: ours is faster; `-`: SB3 has no "
+           "such algorithm), " if sb3 else "")
+        + "`plain / raw env` the share of the environment's own speed that "
+        "training reaches.\n\n" + ("Against the other implementations" if sb3 or upstream else "The plain path")
+        + ":\n\n" + "\n".join(tables[0])
         + "\n\nThe speed flags, and the share of the environment's own speed:\n\n" + "\n".join(tables[1])
         + note + "\n\nEvery run, with its budget and load: [throughput.json](benchmark/throughput.json)."
     )
