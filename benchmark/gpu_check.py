@@ -64,8 +64,8 @@ def fail(message: str) -> NoReturn:
 
 def plan(out: Path, minutes: float, test_workers: int = 4) -> list[Step]:
     total = minutes * 60
-    tests = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n", str(test_workers), "-q", "-rA",
-             "--junitxml", str(out / "cuda-tests.xml")]  # fmt: skip
+    tests = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n", str(test_workers),
+             "-q", "-rA", "--junitxml", str(out / "cuda-tests.xml")]  # fmt: skip
     table = [sys.executable, "benchmark/throughput.py", "--cuda", "--scripts", "ppo_atari", "ppo_continuous_action",
              "sac_continuous_action", "td3_continuous_action", "dqn_atari", "--variants", "compile+cudagraphs",
              "compile+cudagraphs+amp", "--no-sb3", "--rounds", "1", "--raw-seconds", "2", "--budget-scale", "0.5",

@@ -220,6 +220,7 @@ def throughput_section(tp: Optional[dict]) -> str:
     variants = tp["variants"]
     # the upstream CleanRL columns only in tables measured with --cleanrl
     upstream = any("plain/cleanrl" in row["ratios"] for row in tp["results"])
+    one_round = all(row.get("rounds") == 1 for row in tp["results"])
     # two tables, so that each fits the page: ours against the other implementations; the flags and the env
     sb3 = any("plain/sb3" in row["ratios"] for row in tp["results"])  # not in a table measured with --no-sb3
     peers = ["script", "plain SPS", *(["plain / SB3"] if sb3 else [])]
@@ -238,7 +239,8 @@ def throughput_section(tp: Optional[dict]) -> str:
             return "-" if v is None else f"{v:.2f}"
 
         sps = row["sps"].get("plain")
-        cells = [f"`{row['script']}`{mark}", "failed" if sps is None else f"{sps:,.0f}", *([ratio("plain/sb3")] if sb3 else [])]
+        cells = [f"`{row['script']}`{mark}", "failed" if sps is None else f"{sps:,.0f}"]
+        cells += [ratio("plain/sb3")] if sb3 else []
         cells += [ratio("plain/cleanrl"), ratio("plain/cleanrl (process)")] if upstream else []
         tables[0].append("| " + " | ".join(cells) + " |")
         cells = [f"`{row['script']}`{mark}", *[ratio(f"{v}/plain") for v in variants], ratio("plain/raw")]
@@ -269,7 +271,7 @@ def throughput_section(tp: Optional[dict]) -> str:
         + ((("one torch thread per trainer" + (" of ours and SB3, " if upstream else ", ")))
            if tp.get("threads", "one") == "one" else "every trainer at its default torch threads, ")
         + f"by `{command}`. Steps per second after warm-up, "
-        + ("one run of each" if all(row.get("rounds") == 1 for row in tp["results"]) else "medians of alternated rounds")
+        + ("one run of each" if one_round else "medians of alternated rounds")
         + "; `X / plain` "
         "is the speed-up of a flag, "
         + ("`plain / SB3` ours against Stable-Baselines3 doing the same work (above 1: ours is faster; `-`: SB3 has no "

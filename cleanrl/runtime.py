@@ -908,8 +908,9 @@ class ReplayBuffer(MemoryState):
             terminations: np.ndarray) -> None:
         """Store one step of every env (arrays with a leading num_envs axis), overwriting the oldest when full."""
         n = len(obs)
-        # the slots pos .. pos + n - 1, wrapping; a slice where they do not wrap (nearly always: the same writes, faster)
-        idx = slice(self.pos, self.pos + n) if self.pos + n <= self.buffer_size else (self.pos + np.arange(n)) % self.buffer_size
+        # the slots pos .. pos + n - 1: a slice where they do not wrap (nearly always; the same writes, faster)
+        end = self.pos + n
+        idx = slice(self.pos, end) if end <= self.buffer_size else np.arange(self.pos, end) % self.buffer_size
         self.observations[idx], self.next_observations[idx] = obs, next_obs
         self.actions[idx] = np.asarray(actions).reshape((n, *self.actions.shape[1:]))
         self.rewards[idx], self.terminations[idx] = rewards, terminations

@@ -38,7 +38,9 @@ def run_script(script: str, *args: str, cwd: Path, timeout: float = 600, check: 
     if check and proc.returncode != 0:
         # without torch's own log lines (TORCH_LOGS), which a compiled run prints after its error, at exit
         stderr = "\n".join(line for line in proc.stderr.splitlines() if not TORCH_LOG_LINE.match(line))
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{stderr[-4000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{stderr[-4000:]}"
+        )
     return proc
 
 
@@ -91,7 +93,8 @@ def assert_losses_close(reference: dict, other: dict, keys, rtol: float, atol: f
 
 def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rtol: float, atol: float,
                           min_updates: int = 3, episodes_rtol: Optional[float] = 0.0, launcher=None,
-                          device: str = "--no-cuda", flags: tuple = ("--compile",), first_update_only: bool = False) -> dict:
+                          device: str = "--no-cuda", flags: tuple = ("--compile",),
+                          first_update_only: bool = False) -> dict:
     """The --compile path and the plain path, same seed on CPU, log the same losses within (rtol, atol).
 
     The compiled run must really compile: torch's dynamo log must show every function named in `compiled`
