@@ -729,7 +729,12 @@ class Run:
         this iteration's update count, None if none, -1 for `iteration`); on a signal, or a `stop` the script decided
         (all torchrun ranks alike; None: go on), a checkpoint (--save-model) and exit 128 + signal; the last:
         finish()."""
-        self.progress.update(global_step, self.sps(global_step) or 0)
+        # before the SPS clock starts (compilation, the random steps before learning) the line shows the rate since
+        # this process started, not 0
+        sps = self.sps(global_step)
+        if sps is None:
+            sps = int((global_step - self.global_step) / max(time.time() - self.wall_start, 1e-9))
+        self.progress.update(global_step, sps)
         if iteration >= self.num_iterations:
             return
         stop = self.stop.received if stop == "" else stop

@@ -418,3 +418,23 @@ def test_thread_guard_leaves_out_its_own_busy_time_and_gives_up_threads_when_oth
                 hog.wait()
     finally:
         torch.set_num_threads(before)
+
+
+def test_progress_shows_the_rate_since_start_before_the_sps_clock_starts(capsys, monkeypatch):
+    # off-policy scripts start their SPS clock when learning starts; the steps before it still show a speed, not 0
+    args = type("Args", (), {"save_model": False, "exp_name": "x", "progress": True, "progress_interval": 0.0,
+                             "torch_threads": 1, "checkpoint_frequency": 0})()
+    now = [1000.0]
+    monkeypatch.setattr(runtime.time, "time", lambda: now[0])
+    run = runtime.Run(args, "dqn.py", "r", ".", None, torch.device("cpu"), None, 10, 100, 0)
+    run.progress.terminal = False
+    now[0] += 4.0
+    run.end_of_iteration(1, 200, None)  # no clock yet: 200 steps in 4 s since the run began
+    run.start_clock(200)
+    now[0] += 2.0
+    run.end_of_iteration(2, 300, None)  # the clock's rate: 100 steps in 2 s
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(", ")[1] for line in lines] == ["50 SPS", "50 SPS"]
+    now[0] += 2.0
+    run.end_of_iteration(3, 600, None)  # 400 steps in 4 s since the clock started
+    assert capsys.readouterr().err.split(", ")[1] == "100 SPS"
