@@ -3,7 +3,8 @@
 1. the CUDA parity tests (tests/test_cuda.py): --compile --cudagraphs against the plain CUDA path, --amp on CUDA,
    and a 1-process NCCL run of ppo_atari_multigpu.py;
 2. the GPU throughput table (benchmark/throughput.py --cuda: plain, compile+cudagraphs and with amp for the CNN
-   scripts, for the five scripts where a GPU matters most), which writes its rows as they finish;
+   scripts; by default for the five scripts where a GPU matters most, --scripts names others), which writes its
+   rows as they finish;
 and writes everything to one folder:
 
     <out>/machine.json          GPU, driver, torch and CUDA versions
@@ -19,6 +20,7 @@ Without CUDA it refuses in one line before writing anything. Then `python benchm
 Run:
     python benchmark/gpu_check.py --out benchmark/results/gpu-check
     python benchmark/gpu_check.py --dry-run
+    python benchmark/gpu_check.py --out gpu-check-2 --scripts ppo dqn c51 c51_atari ddpg_continuous_action
 """
 
 import json
@@ -28,13 +30,18 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmark.throughput import SPECS  # noqa: E402  (a tool, not an algorithm script)
+
+# the table's rows by default: the scripts a GPU matters most for
+TABLE_SCRIPTS = ["ppo_atari", "ppo_continuous_action", "sac_continuous_action", "td3_continuous_action", "dqn_atari"]
 
 
 @dataclass
@@ -44,6 +51,8 @@ class Args:
     minutes: float = 8.0
     """the time limit of the whole check: the tests get at most 45% of it, the throughput table 50% and whatever
     the tests left unused"""
+    scripts: list[str] = field(default_factory=lambda: list(TABLE_SCRIPTS))
+    """the scripts of the throughput table (names of benchmark/throughput.py --scripts)"""
     test_workers: int = 4
     """test processes for the CUDA tests (pytest-xdist's -n; 0 runs them in one process): each test compares two
     runs of its own, and the GPU has room for several at once"""
@@ -62,14 +71,13 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
 
 
-def plan(out: Path, minutes: float, test_workers: int = 4) -> list[Step]:
+def plan(out: Path, minutes: float, test_workers: int = 4, scripts: tuple[str, ...] = tuple(TABLE_SCRIPTS)) -> list[Step]:
     total = minutes * 60
     tests = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n", str(test_workers),
              "-q", "-rA", "--junitxml", str(out / "cuda-tests.xml")]  # fmt: skip
-    table = [sys.executable, "benchmark/throughput.py", "--cuda", "--scripts", "ppo_atari", "ppo_continuous_action",
-             "sac_continuous_action", "td3_continuous_action", "dqn_atari", "--variants", "compile+cudagraphs",
-             "compile+cudagraphs+amp", "--no-sb3", "--rounds", "1", "--raw-seconds", "2", "--budget-scale", "0.5",
-             "--timeout", "120", "--out", str(out / "speed-gpu")]  # fmt: skip
+    table = [sys.executable, "benchmark/throughput.py", "--cuda", "--scripts", *scripts, "--variants",
+             "compile+cudagraphs", "compile+cudagraphs+amp", "--no-sb3", "--rounds", "1", "--raw-seconds", "2",
+             "--budget-scale", "0.5", "--timeout", "120", "--out", str(out / "speed-gpu")]  # fmt: skip
     return [Step("cuda-tests", tests, 0.45 * total), Step("throughput", table, 0.5 * total)]
 
 
@@ -129,7 +137,10 @@ def main(args: Args) -> int:
         fail(f"--minutes must be above 0, got {args.minutes}")
     if args.test_workers < 0:
         fail(f"--test-workers must be 0 or more, got {args.test_workers}")
-    steps = plan(out, args.minutes, args.test_workers)
+    unknown = [s for s in args.scripts if s not in SPECS]
+    if unknown or not args.scripts:
+        fail(f"--scripts {' '.join(unknown) or '(none)'}: the table knows {' '.join(SPECS)}")
+    steps = plan(out, args.minutes, args.test_workers, tuple(args.scripts))
     if args.dry_run:
         for s in steps:
             print(f"{s.name} (at most {s.seconds:.0f} s): {shlex.join(s.command)}")

@@ -170,7 +170,10 @@ def categorical_projection(
     v_min, v_max = atoms[0], atoms[-1]
     delta_z = (v_max - v_min) / (len(atoms) - 1)
     tz = (rewards.unsqueeze(1) + gamma * atoms.unsqueeze(0) * (1.0 - terminations.unsqueeze(1))).clamp(v_min, v_max)
-    b = (tz - v_min) / delta_z  # (batch, n_atoms), in [0, n_atoms - 1]
+    # b is in [0, n_atoms - 1] but for rounding: delta_z rounded down makes v_max's b a hair above n_atoms - 1 and
+    # its ceil one past the last atom (CUDA divides by a scalar through its reciprocal: 51 atoms on [-10, 10]
+    # give b = 50.000004; on any device 47 atoms on [-7, 7] give 46.000004), so it is clamped to the support
+    b = ((tz - v_min) / delta_z).clamp(0, len(atoms) - 1)  # (batch, n_atoms)
     lower, upper = b.floor(), b.ceil()
     m_lower = (upper - b + (lower == upper).float()) * next_pmfs
     m_upper = (b - lower) * next_pmfs

@@ -442,8 +442,8 @@ if __name__ == "__main__":
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
 
-        optimizer.zero_grad()
-        loss.backward()
+        optimizer.zero_grad(set_to_none=False)  # zeroes the gradient buffers allocated below, in place
+        loss.backward()  # adds into them
         return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
 
     def optimizer_step() -> torch.Tensor:
@@ -458,6 +458,11 @@ if __name__ == "__main__":
     # all-reduces in the same order as in the plain path.
     policy_step, grad_step = runtime.speed_up(policy_step, args), runtime.speed_up(grad_step, args)
     optimizer_step = runtime.speed_up(optimizer_step, args)
+    # The gradients live in buffers allocated once, here, that backward adds into: with --cudagraphs a gradient
+    # handed over by the captured backward would be graph memory, which the next captured call (optimizer_step)
+    # may overwrite before it reads it. The values are those of set_to_none gradients (0 + g = g).
+    for p in agent.parameters():
+        p.grad = torch.zeros_like(p)
 
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:

@@ -53,3 +53,23 @@ def test_projection_keeps_mass_and_matches_a_loop_over_atoms():
                 expected[i, lo] += float(next_pmfs[i, j]) * (up - b)
                 expected[i, up] += float(next_pmfs[i, j]) * (b - lo)
     torch.testing.assert_close(m, expected.float(), atol=1e-5, rtol=1e-4)
+
+
+def test_projection_stays_on_the_support_where_delta_z_rounds_down():
+    # 47 atoms on [-7, 7]: float32 rounds delta_z down, so v_max's b = 14 / delta_z is 46.000004, whose ceil is 47,
+    # one past the last atom (on a GPU 51 atoms on [-10, 10] do the same: CUDA divides by a scalar through its
+    # reciprocal). A reward above v_max puts all the mass on the last atom; below v_min, on the first.
+    from cleanrl.c51_atari import categorical_projection as atari_projection
+
+    atoms = torch.linspace(-7, 7, 47)
+    assert ((atoms[-1] - atoms[0]) / ((atoms[-1] - atoms[0]) / 46)).ceil() == 47  # the rounding this is about
+    next_pmfs = torch.softmax(torch.randn(3, 47, generator=torch.Generator().manual_seed(0)), dim=1)
+    rewards, terminations = torch.tensor([9.0, -9.0, 7.0]), torch.tensor([1.0, 1.0, 0.0])
+    expected = torch.zeros(3, 47)
+    expected[0, -1] = expected[1, 0] = 1.0
+    for projection in (categorical_projection, atari_projection):
+        m = projection(next_pmfs, rewards, terminations, 0.99, atoms)
+        torch.testing.assert_close(m[:2], expected[:2])
+        torch.testing.assert_close(m.sum(dim=1), torch.ones(3))
+        # r = v_max, not terminal: every Tz = 7 + 0.99 z >= v_max for z >= 0, so atom 46 gets at least their mass
+        assert m[2, -1] >= next_pmfs[2, 23:].sum() - 1e-6

@@ -37,7 +37,7 @@ def test_the_steps_parse_and_fit_the_time_limit(tmp_path):
     collect = subprocess.run([*tests.command[:4], "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0"], cwd=ROOT,
                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert collect.returncode == 0, collect.stdout[-2000:]
-    assert "9 tests collected" in collect.stdout, collect.stdout[-2000:]
+    assert "17 tests collected" in collect.stdout, collect.stdout[-2000:]
     # the throughput command parses with the tool's own flags and names scripts it knows
     args = tyro.cli(throughput.Args, args=table.command[2:])
     assert args.cuda and not args.sb3 and set(args.scripts) <= set(throughput.SPECS)
@@ -46,6 +46,11 @@ def test_the_steps_parse_and_fit_the_time_limit(tmp_path):
     assert args.timeout < table.seconds
     proc = gpu_check("--dry-run", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.count("(at most ") == 2
+    # --scripts chooses the table's rows; a name the table does not know is refused in one line
+    proc = gpu_check("--dry-run", "--scripts", "dqn", "c51_atari", cwd=tmp_path)
+    assert proc.returncode == 0 and "--scripts dqn c51_atari --variants" in proc.stdout
+    proc = gpu_check("--dry-run", "--scripts", "dqn", "nope", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[0].startswith("error: --scripts nope: the table knows")
 
 
 def test_a_step_past_its_limit_is_stopped_with_its_children_and_the_summary_says_so(tmp_path):
