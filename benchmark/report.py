@@ -389,7 +389,8 @@ def main(args: Args) -> None:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(ys, axis=0)
             lo, hi = bootstrap_band(ys, args.bootstrap_reps, np.random.default_rng(args.seed))
-            ax.plot(grid, mean, color=colors[label], label=f"{label} ({len(group)} runs)", linewidth=1.5)
+            count = f"{len(group)} run{'s' if len(group) != 1 else ''}"
+            ax.plot(grid, mean, color=colors[label], label=f"{label} ({count})", linewidth=1.5)
             ax.fill_between(grid, lo, hi, color=colors[label], alpha=0.2, linewidth=0)
         if not any(len(r.returns) for r in runs if r.env_id == env_id):
             ax.text(0.5, 0.5, "no finished episode", transform=ax.transAxes, ha="center", va="center")
