@@ -71,7 +71,8 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
 
 
-def plan(out: Path, minutes: float, test_workers: int = 4, scripts: tuple[str, ...] = tuple(TABLE_SCRIPTS)) -> list[Step]:
+def plan(out: Path, minutes: float, test_workers: int = 4,
+         scripts: tuple[str, ...] = tuple(TABLE_SCRIPTS)) -> list[Step]:
     total = minutes * 60
     tests = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n", str(test_workers),
              "-q", "-rA", "--junitxml", str(out / "cuda-tests.xml")]  # fmt: skip
