@@ -46,6 +46,9 @@ PPO_LOSSES = ("losses/value_loss", "losses/policy_loss", "losses/entropy", "loss
               "losses/approx_kl", "losses/clipfrac", "losses/explained_variance")
 AUX_LOSSES = ("losses/aux_kl_loss", "losses/aux_value_loss", "losses/aux_pi_value_loss")
 ATARI_EVAL = ("--eval-max-frames", "400")
+# ppo_atari_multigpu.py, tiny: 4 envs x 16 steps = a global batch of 64 (split over the ranks) in 2 minibatches;
+# each test adds its own --update-epochs and --total-timesteps (64 per iteration)
+MULTIGPU_TINY = ("--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2")
 # value-based: 2000 CartPole steps, learning after 500 with a gradient step every 10 steps; losses every 100 steps
 CLASSIC_VALUE = ("--total-timesteps", "2000", "--learning-starts", "500", "--target-network-frequency", "500",
                  "--batch-size", "32")

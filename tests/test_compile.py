@@ -17,7 +17,7 @@ from tests.helpers import (
     single_run_dir,
     values,
 )
-from tests.scripts import ONE_THREAD, PPO_LOSSES, SCRIPTS, needs, standalone
+from tests.scripts import MULTIGPU_TINY, ONE_THREAD, PPO_LOSSES, SCRIPTS, needs, standalone
 
 
 @dataclass(frozen=True)
@@ -207,8 +207,7 @@ def test_compile_with_two_ranks_logs_the_losses_of_the_plain_path_and_replicas_s
     # minibatches; 48 steps per env end no Breakout game, so no episodes are compared.
     # stdout goes through tee to ranks.out in each run's directory, for the checksum lines of both ranks
     launcher = ["bash", "-c", 'set -o pipefail; "$@" | tee ranks.out', "bash", *standalone(2)]
-    args = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
-    args += ["--total-timesteps", "192"]
+    args = [*MULTIGPU_TINY, "--update-epochs", "1", "--total-timesteps", "192"]
     assert_compile_parity(
         "ppo_atari_multigpu.py", args, workdir, ["policy_step", "grad_step", "optimizer_step"], rtol=1e-3, atol=1e-5,
         min_updates=3, episodes_rtol=None, launcher=launcher,

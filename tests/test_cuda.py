@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.helpers import assert_compile_parity, read_scalars, run_script, single_run_dir, values
-from tests.scripts import PPO_LOSSES, needs, standalone
+from tests.scripts import MULTIGPU_TINY, PPO_LOSSES, needs, standalone
 from tests.test_compile import CASES
 
 pytestmark = [
@@ -60,9 +60,9 @@ def test_amp_on_cuda_stays_close_to_float32(case, workdir):
 @needs("atari")
 def test_one_process_nccl_run_trains(workdir):
     proc = run_script(
-        "ppo_atari_multigpu.py", "--cuda", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2",
-        "--update-epochs", "1", "--total-timesteps", "192", cwd=workdir, launcher=standalone(1),
-    )  # fmt: skip
+        "ppo_atari_multigpu.py", "--cuda", *MULTIGPU_TINY, "--update-epochs", "1", "--total-timesteps", "192",
+        cwd=workdir, launcher=standalone(1),
+    )
     assert "on cuda:0 with nccl" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
     scalars = read_scalars(single_run_dir(workdir))
     for key in PPO_LOSSES:
@@ -73,8 +73,7 @@ def test_one_process_nccl_run_trains(workdir):
 def test_one_process_nccl_run_with_compile_cudagraphs_logs_the_losses_of_the_plain_path(workdir):
     # the compiled functions (policy_step, grad_step, optimizer_step) leave the NCCL all-reduce between them eager;
     # one process, as one GPU allows (NCCL refuses two ranks on one device). Tolerance: the CPU two-rank one, 10x
-    args = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
-            "--total-timesteps", "192"]
+    args = [*MULTIGPU_TINY, "--update-epochs", "1", "--total-timesteps", "192"]
     assert_compile_parity(
         "ppo_atari_multigpu.py", args, workdir, ["policy_step", "grad_step", "optimizer_step"], rtol=1e-2, atol=1e-4,
         min_updates=3, episodes_rtol=None, launcher=standalone(1), device="--cuda", flags=("--compile", "--cudagraphs"),

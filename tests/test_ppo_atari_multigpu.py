@@ -31,12 +31,12 @@ from tests.helpers import (
     values,
     worker_pids,
 )
-from tests.scripts import PPO_LOSSES, TIMEOUT, standalone, torchrun
+from tests.scripts import MULTIGPU_TINY, PPO_LOSSES, TIMEOUT, standalone, torchrun
 
 SCRIPT = "ppo_atari_multigpu.py"
 WORKER = ROOT / "tests" / "ppo_atari_multigpu_worker.py"
 # 4 envs x 16 steps = a global batch of 64; 192 steps = 3 iterations, each with 2 epochs x 2 minibatches
-TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2"]
+TINY = [*MULTIGPU_TINY, "--update-epochs", "2"]
 START = re.compile(
     r"rank (\d+)/(\d+) \(node (\d+), local rank (\d+)\) on cpu with gloo: (\d+) envs, env seeds (\d+)\.\.(\d+)"
 )
@@ -183,8 +183,7 @@ def test_early_stopping_on_target_kl_is_collective_and_does_not_hang(workdir):
     # if ranks decided alone and disagreed, one would wait forever in an all-reduce and `timeout` would kill it.
     # With --amp (bf16 forward passes, float32 losses) as well: the replicas must still stay bit-identical and
     # the losses finite (a non-finite loss would stop the run with exit 1).
-    args = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "4"]
-    args += ["--total-timesteps", "128", "--target-kl", "0", "--amp"]
+    args = [*MULTIGPU_TINY, "--update-epochs", "4", "--total-timesteps", "128", "--target-kl", "0", "--amp"]
     proc = run_script(SCRIPT, *args, cwd=workdir, launcher=standalone(2), timeout=TIMEOUT + 30)
     sums = checksums(proc.stdout)
     assert set(sums) == {0, 1} and sums[0] == sums[1]
