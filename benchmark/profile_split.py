@@ -14,7 +14,10 @@ The run profiles itself: with CLEANRL_PROFILE set to a file name, cleanrl/runtim
 SPS clock starts (after the warm-up: the first iteration or update, the random learning-starts steps) and writes
 the stats when the loop ends, so start-up, warm-up and the final evaluation are left out. Each function's own time
 (cProfile's tottime) goes to the category of the file it is defined in; a native function (a builtin) to the
-category its name says (`{method 'run_backward' of 'torch._C._EngineBase' objects}` is torch). cProfile adds a
+category its name says (`{method 'run_backward' of 'torch._C._EngineBase' objects}` is torch). Tensor operators
+(`a * b`, `x[i] = y`) are C slots that cProfile never sees called, so their time would go to the function whose
+line uses them: under the profiler the run wraps each in a Python function named after it (`Tensor.__mul__`),
+counted as torch (it adds a call to every operator, so torch reads a little high). cProfile adds a
 cost to every Python-level call, so categories made of many small Python calls read higher than they are without
 it; the table gives the measured span's steps per second under the profiler, and the whole process's time with and
 without it.
@@ -74,6 +77,8 @@ def category(filename: str, name: str) -> str:
         if "numpy" in name:
             return "numpy"
         return "other"
+    if name.startswith("Tensor.__"):
+        return "torch"  # a tensor operator, wrapped under the profiler by cleanrl/runtime.py
     if "importlib._bootstrap" in filename or filename.startswith("<frozen importlib"):
         return "imports"
     parts = Path(filename).parts

@@ -599,6 +599,31 @@ class Progress:
 # benchmark/profile_split.py sets it to a file name: the run profiles (cProfile) the span its SPS measures and
 # writes the stats there (Run.dump_profile); unset, nothing is profiled
 PROFILE_ENV = "CLEANRL_PROFILE"
+# Tensor operators (a * b, x[i] = y) run in C slots that cProfile never sees called: their time would count as the
+# own time of the line's function. Under the profiler each one is wrapped in a Python function named after it
+# (`Tensor.__mul__`), which profile_split counts as torch.
+TENSOR_OPERATORS = tuple(f"__{op}__" for op in (
+    "add radd iadd sub rsub isub mul rmul imul truediv rtruediv itruediv floordiv rfloordiv ifloordiv mod rmod pow "
+    "rpow ipow matmul rmatmul neg pos abs invert and rand iand or ror ior xor rxor ixor lshift rshift lt le gt ge "
+    "eq ne getitem setitem bool float int index").split())
+
+
+def attribute_tensor_operators() -> None:
+    """Wrap torch.Tensor's operators that are C slots (not Python functions) in named Python functions; only for
+    profiling: each call gains a Python frame."""
+    def wrap(name: str, slot: Callable) -> Callable:
+        def operator(*args):
+            return slot(*args)
+        # the profile names the wrapper Tensor.__mul__ and the C call inside it after the wrapper's qualname
+        operator.__code__ = operator.__code__.replace(co_name=f"Tensor.{name}")
+        operator.__qualname__ = f"torch.Tensor.{name}"
+        return operator
+
+    for name in TENSOR_OPERATORS:
+        slot = getattr(torch.Tensor, name, None)
+        if slot is not None and not hasattr(slot, "__code__"):
+            setattr(torch.Tensor, name, wrap(name, slot))
+
 
 class Run:
     """One training run and the calls its loop makes. `state` maps checkpoint keys to the script's stateful objects;
@@ -672,6 +697,7 @@ class Run:
         """SPS counts from here: after the warm-up (compilation, CUDA graph recording, steps before learning)."""
         self.clock = (time.time(), global_step)
         if os.environ.get(PROFILE_ENV) and self.rank == 0 and self.profiler is None:
+            attribute_tensor_operators()
             self.profiler, self.profile_from = cProfile.Profile(), self.clock
             self.profiler.enable()
 

@@ -685,6 +685,9 @@ def test_profile_split_categories_and_shares_by_hand():
     assert category("/work/main/cleanrl/runtime.py", "add") == "cleanrl"
     assert category("<frozen importlib._bootstrap>", "_find_and_load") == "imports"
     assert category("/usr/lib/python3.11/copy.py", "deepcopy") == "other"
+    # tensor operators, wrapped under the profiler (cleanrl/runtime.py), and the C call inside the wrapper
+    assert category("/work/main/cleanrl/runtime.py", "Tensor.__mul__") == "torch"
+    assert category("~", "<function torch.Tensor.__mul__ at 0x7f0>") == "torch"
     times = {
         ("~", 0, "<built-in method torch._C._nn.linear>"): (2.0, 300),
         (f"{site}/torch/nn/modules/module.py", 1, "_call_impl"): (1.0, 900),
@@ -701,10 +704,12 @@ def test_profile_split_categories_and_shares_by_hand():
 
 def test_profile_split_profiles_the_measured_span_of_a_real_run(tmp_path):
     """ppo.py under CLEANRL_PROFILE: the profile starts with the SPS clock (after the first iteration), so the policy
-    step is seen once per rollout step of the other iterations; commands that are not a script of this project fail
+    step is seen once per rollout step of the other iterations, and the rollout's tensor stores (`obs[step] = ...`,
+    C slots) are counted as torch, not as the loop's own time; commands that are not a script of this project fail
     in one line."""
     out = tmp_path / "split.json"
-    cmd = [sys.executable, str(ROOT / "benchmark/profile_split.py"), "--out", str(out), "--no-unprofiled", "--",
+    cmd = [sys.executable, str(ROOT / "benchmark/profile_split.py"), "--out", str(out), "--no-unprofiled", "--top", "100",
+           "--",
            "python", str(PPO), "--total-timesteps", "2048", "--num-envs", "2", "--num-steps", "64", "--torch-threads", "1"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -714,6 +719,9 @@ def test_profile_split_profiles_the_measured_span_of_a_real_run(tmp_path):
     assert "- profiled span: steps 128 to 2048" in proc.stdout
     split = result["split"]
     assert ["ppo.py", 15 * 64] in [[label.split(":")[0], calls] for label, _, calls in split["cleanrl"]["top"] if "(act)" in label]
+    stores = {label.split(":")[0]: calls for label, _, calls in split["torch"]["top"]
+              if "(Tensor.__setitem__)" in label}
+    assert stores.get("runtime.py", 0) >= 4 * 15 * 64  # obs, actions, logprobs, values at every rollout step
     assert split["imports"]["seconds"] < 0.05 * result["span"]["seconds"]  # start-up is outside the span
     assert split["torch"]["share"] > 0.2 and split["environment"]["share"] > 0.02
     assert sum(row["share"] for row in split.values()) == pytest.approx(1.0, abs=1e-3)
