@@ -1,14 +1,17 @@
 # docs: docs/speed.md
 """Where a training run's time goes: the span its SPS measures, under cProfile, split by what runs it.
 
-    environment   gymnasium (vector env, wrappers, the envs), mujoco, ale_py, envpool
-    torch         torch's Python code and its native ops (matrix products, autograd, optimizers)
-    numpy         numpy's Python code and its native functions
+    environment   gymnasium (vector env, wrappers, the envs), mujoco, ale_py, envpool, and the numpy and standard
+                  library calls they make
+    torch         torch's Python code and its native ops (matrix products, autograd, optimizers), and the numpy
+                  and standard library calls it makes
+    numpy         numpy's Python code and its native functions, called by the script, its companion module or
+                  the loop
     cleanrl       the script's functions and its companion module (their own Python lines)
     loop          the loop body's own lines (the frames already running when profiling began, which cProfile
                   never sees called): the span's time less everything attributed to a function
     imports       module loading (importlib, unmarshalling, extension modules)
-    other         everything else (TensorBoard's writer, the standard library)
+    other         everything else (TensorBoard's writer, the standard library), called from there too
 
 The run profiles itself: with CLEANRL_PROFILE set to a file name, cleanrl/runtime.py starts cProfile where the
 SPS clock starts (after the warm-up: the first iteration or update, the random learning-starts steps) and writes
@@ -93,24 +96,60 @@ def category(filename: str, name: str) -> str:
     return "other"
 
 
-def own_times(stats: pstats.Stats) -> dict:
-    """{(file, line, function): (own seconds, calls)} of one profile."""
-    return {key: (tottime, calls) for key, (_, calls, tottime, _, _) in stats.stats.items()}
+HELPERS = ("numpy", "other")  # counted where they are called from, when that is the environment or torch
 
 
-def split(times: dict, top: int, span_seconds: float) -> dict:
-    """{category: {"seconds", "share", "top": [[function, seconds, calls], ...]}} from the functions' own times over
-    a span of span_seconds; "loop" gets what no function's own time covers."""
-    rows = {c: [] for c in CATEGORIES}
-    for (filename, line, name), (tottime, calls) in times.items():
+def attribute(stats: dict) -> list[tuple[str, str, float, int]]:
+    """[(function, category, own seconds, calls), ...] from cProfile's stats ({function: (cc, calls, own, cumulative,
+    callers)}, callers giving each caller's share). A numpy or other function's own time goes to the environment or
+    torch for the calls that came from there (np.stack inside gymnasium's vector env is environment time), directly
+    or through other such helpers (the caller with the most cumulative time decides a helper's home); called from the
+    script, the companion module or the loop, it stays numpy or other: the Python around them."""
+    cats = {key: category(key[0], key[2]) for key in stats}
+    homes: dict = {}
+
+    def home(key, seen: frozenset) -> str:
+        if cats[key] not in HELPERS:
+            return cats[key]
+        if key not in homes:
+            callers = {c: v for c, v in stats[key][4].items() if c in stats and c not in seen}
+            top = max(callers, key=lambda c: callers[c][3], default=None)
+            homes[key] = cats[key] if top is None else home(top, seen | {key})
+        return homes[key]
+
+    rows = []
+    for key, (_, calls, own, _, callers) in stats.items():
+        filename, line, name = key
         label = name if filename == "~" else f"{Path(filename).name}:{line}({name})"
-        rows[category(filename, name)].append((label, tottime, calls))
-    attributed = sum(t for r in rows.values() for _, t, _ in r)
+        if cats[key] not in HELPERS:
+            rows.append((label, cats[key], own, calls))
+            continue
+        moved: dict[str, list] = {}
+        for caller, (_, n, t, _) in callers.items():
+            dest = home(caller, frozenset({key})) if caller in stats else cats[key]
+            if dest in ("environment", "torch"):
+                moved.setdefault(dest, [0.0, 0])
+                moved[dest][0] += t
+                moved[dest][1] += n
+        for dest, (t, n) in moved.items():
+            rows.append((label, dest, t, n))
+        rest = own - sum(t for t, _ in moved.values())
+        rows.append((label, cats[key], max(rest, 0.0), calls - sum(n for _, n in moved.values())))
+    return rows
+
+
+def split(rows: list[tuple[str, str, float, int]], top: int, span_seconds: float) -> dict:
+    """{category: {"seconds", "share", "top": [[function, seconds, calls], ...]}} from the functions' own times (rows
+    of `attribute`) over a span of span_seconds; "loop" gets what no function's own time covers."""
+    by_category = {c: [] for c in CATEGORIES}
+    for label, cat, seconds, calls in rows:
+        by_category[cat].append((label, seconds, calls))
+    attributed = sum(t for _, _, t, _ in rows)
     total = max(span_seconds, attributed) or 1.0
     out = {}
     for c in CATEGORIES:
-        seconds = total - attributed if c == "loop" else sum(t for _, t, _ in rows[c])
-        best = sorted(rows[c], key=lambda r: -r[1])[:top]
+        seconds = total - attributed if c == "loop" else sum(t for _, t, _ in by_category[c])
+        best = sorted((r for r in by_category[c] if r[1] > 0), key=lambda r: -r[1])[:top]
         out[c] = {"seconds": round(seconds, 3), "share": round(seconds / total, 4),
                   "top": [[label, round(t, 3), n] for label, t, n in best]}
     return out
@@ -169,7 +208,7 @@ def main(args: Args, command: list[str]) -> int:
         profiled = run([sys.executable, script, *flags], scratch, dict(env, CLEANRL_PROFILE=prof))
         if not os.path.exists(prof):
             fail(f"{command[1]} wrote no profile: it is no script of this project, or its run never started its SPS clock")
-        times = own_times(pstats.Stats(prof))
+        rows = attribute(pstats.Stats(prof).stats)
         span = json.loads(Path(prof + ".json").read_text())
         unprofiled = run([sys.executable, script, *flags], scratch, env) if args.unprofiled else None
     result = {
@@ -177,7 +216,7 @@ def main(args: Args, command: list[str]) -> int:
         "span": {"first_step": span["first_step"], "last_step": span["last_step"], "seconds": round(span["seconds"], 3)},
         "profiled_seconds": round(profiled, 2),
         "unprofiled_seconds": None if unprofiled is None else round(unprofiled, 2),
-        "split": split(times, args.top, span["seconds"]),
+        "split": split(rows, args.top, span["seconds"]),
     }
     print(table(result), flush=True)
     if args.out is not None:

@@ -671,7 +671,7 @@ def test_run_names_with_a_slash_in_the_env_id():
 
 
 def test_profile_split_categories_and_shares_by_hand():
-    from benchmark.profile_split import category, split
+    from benchmark.profile_split import attribute, category, split
 
     assert category("~", "<method 'run_backward' of 'torch._C._EngineBase' objects>") == "torch"
     assert category("~", "<built-in method mujoco._functions.mj_step>") == "environment"
@@ -688,18 +688,36 @@ def test_profile_split_categories_and_shares_by_hand():
     # tensor operators, wrapped under the profiler (cleanrl/runtime.py), and the C call inside the wrapper
     assert category("/work/main/cleanrl/runtime.py", "Tensor.__mul__") == "torch"
     assert category("~", "<function torch.Tensor.__mul__ at 0x7f0>") == "torch"
-    times = {
-        ("~", 0, "<built-in method torch._C._nn.linear>"): (2.0, 300),
-        (f"{site}/torch/nn/modules/module.py", 1, "_call_impl"): (1.0, 900),
-        (f"{site}/gymnasium/core.py", 10, "step"): (1.0, 100),
-        ("/work/main/cleanrl/dqn.py", 5, "epsilon_greedy"): (0.5, 100),
+    # cProfile's stats: {function: (primitive calls, calls, own s, cumulative s, {caller: (.., calls, own s, cum s)})}
+    linear = ("~", 0, "<built-in method torch._C._nn.linear>")
+    call_impl = (f"{site}/torch/nn/modules/module.py", 1, "_call_impl")
+    step, eps = (f"{site}/gymnasium/core.py", 10, "step"), ("/work/main/cleanrl/dqn.py", 5, "epsilon_greedy")
+    concat = (f"{site}/gymnasium/vector/utils/space_utils.py", 7, "concatenate")
+    dispatch = ("/usr/lib/python3.11/functools.py", 904, "wrapper")  # singledispatch, between gymnasium and numpy
+    stack = (f"{site}/numpy/_core/shape_base.py", 378, "stack")
+    stats = {
+        linear: (300, 300, 2.0, 2.0, {call_impl: (300, 300, 2.0, 2.0)}),
+        call_impl: (900, 900, 1.0, 3.0, {}),
+        step: (100, 100, 0.6, 1.5, {}),
+        concat: (100, 100, 0.1, 0.5, {dispatch: (100, 100, 0.1, 0.5)}),
+        dispatch: (100, 100, 0.1, 0.6, {step: (100, 100, 0.1, 0.6)}),
+        # np.stack: 0.3 s from gymnasium (through the dispatcher and concatenate), 0.1 s from the script
+        stack: (140, 140, 0.4, 0.4, {concat: (100, 100, 0.3, 0.3), eps: (40, 40, 0.1, 0.1)}),
+        eps: (100, 100, 0.5, 0.6, {}),
     }
-    # a 5 s span: 4.5 s in functions, the other 0.5 s in the loop's own lines
-    out = split(times, top=1, span_seconds=5.0)
+    rows = attribute(stats)
+    assert sorted(r for r in rows if r[0] == "shape_base.py:378(stack)") == [
+        ("shape_base.py:378(stack)", "environment", 0.3, 100),
+        ("shape_base.py:378(stack)", "numpy", pytest.approx(0.1), 40),
+    ]
+    assert ("functools.py:904(wrapper)", "environment", 0.1, 100) in rows
+    # a 5 s span: 4.7 s in functions, the other 0.3 s in the loop's own lines
+    out = split(rows, top=1, span_seconds=5.0)
     assert out["torch"] == {"seconds": 3.0, "share": 0.6, "top": [["<built-in method torch._C._nn.linear>", 2.0, 300]]}
-    assert out["environment"]["top"] == [["core.py:10(step)", 1.0, 100]] and out["environment"]["share"] == 0.2
-    assert out["cleanrl"]["seconds"] == 0.5 and out["loop"] == {"seconds": 0.5, "share": 0.1, "top": []}
-    assert out["numpy"] == {"seconds": 0.0, "share": 0.0, "top": []}
+    assert out["environment"]["top"] == [["core.py:10(step)", 0.6, 100]]
+    assert out["environment"]["seconds"] == pytest.approx(1.1) and out["other"]["seconds"] == 0.0
+    assert out["numpy"] == {"seconds": 0.1, "share": 0.02, "top": [["shape_base.py:378(stack)", 0.1, 40]]}
+    assert out["cleanrl"]["seconds"] == 0.5 and out["loop"] == {"seconds": 0.3, "share": 0.06, "top": []}
 
 
 def test_profile_split_profiles_the_measured_span_of_a_real_run(tmp_path):
