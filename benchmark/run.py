@@ -45,6 +45,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -294,8 +295,12 @@ def execute(runs: list[Run], workers: int, gpu_ids: list[str], gpus_per_run: int
     running: list[Run] = []
     busy = {g: 0 for g in gpu_ids}
     total, done = len(pending), 0
+    # Ctrl-C only sets a flag that the loop reads between polls: a KeyboardInterrupt raised inside Popen.poll() can
+    # leave the Popen's internal wait lock held, and the wait for the stopped child below would then hang forever
+    interrupted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     try:
-        while pending or running:
+        while (pending or running) and not interrupted:
             while pending and len(running) < workers:
                 run = pending.pop(0)
                 take = sorted(gpu_ids, key=lambda g: busy[g])[: max(gpus_per_run, 0)] if gpu_ids else []
@@ -324,6 +329,8 @@ def execute(runs: list[Run], workers: int, gpu_ids: list[str], gpus_per_run: int
                 finish(run, code)
                 done += 1
                 print(f"[{done}/{total} {run.status}] {run.env_id} seed {run.seed}: exit {code}, {run.seconds:.1f} s", flush=True)
+        if interrupted:
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         # stop the children we started; their runs have no marker, so the next invocation runs them again
         for run in running:
@@ -335,6 +342,7 @@ def execute(runs: list[Run], workers: int, gpu_ids: list[str], gpus_per_run: int
             run.note = "not started (interrupted)"
         raise
     finally:
+        signal.signal(signal.SIGINT, previous)
         for run in running:
             if run.proc.poll() is None:
                 run.proc.kill()
