@@ -301,7 +301,7 @@ def execute(runs: list[Run], workers: int, gpu_ids: list[str], gpus_per_run: int
     previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     try:
         while (pending or running) and not interrupted:
-            while pending and len(running) < workers:
+            while pending and len(running) < workers and not interrupted:
                 run = pending.pop(0)
                 take = sorted(gpu_ids, key=lambda g: busy[g])[: max(gpus_per_run, 0)] if gpu_ids else []
                 for g in take:
