@@ -52,7 +52,9 @@ class MotoServer:
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited with {self.proc.returncode}; see {log_path}")
+                self._log.close()
+                tail = log_path.read_text().strip().splitlines()[-3:]
+                raise RuntimeError(f"moto server exited with {self.proc.returncode}: {' | '.join(tail)}")
             try:
                 urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).read()
             except OSError:
@@ -132,9 +134,11 @@ def _patch_moto():
     from moto.batch.models import JobQueue
     from moto.batch.responses import BatchResponse
 
-    create_queue, describe_queue = BatchResponse.createjobqueue, JobQueue.describe
+    # moto 5.2.6 renamed the handler createjobqueue to create_job_queue; patch whichever this moto has.
+    handler = "create_job_queue" if hasattr(BatchResponse, "create_job_queue") else "createjobqueue"
+    create_queue, describe_queue = getattr(BatchResponse, handler), JobQueue.describe
 
-    def createjobqueue(self):
+    def create_job_queue(self):
         result = create_queue(self)
         actions = self._get_param("jobStateTimeLimitActions")
         if actions:
@@ -144,7 +148,8 @@ def _patch_moto():
     def describe_with_actions(self):
         return describe_queue(self) | {"jobStateTimeLimitActions": getattr(self, "time_limit_actions", [])}
 
-    BatchResponse.createjobqueue, JobQueue.describe = createjobqueue, describe_with_actions
+    setattr(BatchResponse, handler, create_job_queue)
+    JobQueue.describe = describe_with_actions
 
     # moto 5.2 copies the tags of a new launch template itself (TagSpecifications of ResourceType launch-template)
     # into its launch data, where they mean tags for launched resources, which that type cannot be; terraform then
