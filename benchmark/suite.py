@@ -13,6 +13,7 @@ Run:
     python benchmark/make_docs.py                     # then the tables and figures of the docs, from benchmark/kept/
 """
 
+import os
 import shlex
 import subprocess
 import sys
@@ -141,7 +142,10 @@ def main(args: Args) -> int:
         print(shlex.join(cmd), flush=True)
         if args.dry_run or done == total:
             continue
-        proc = subprocess.run([sys.executable, *cmd[1:]], cwd=ROOT, check=False)
+        # The runs' own `python` and `torchrun` are this interpreter's (its virtual environment first on PATH), even
+        # when the suite was started as .venv/bin/python without activating the environment.
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        proc = subprocess.run([sys.executable, *cmd[1:]], cwd=ROOT, check=False, env=dict(os.environ, PATH=path))
         failed += proc.returncode != 0
     return 1 if failed else 0
 
