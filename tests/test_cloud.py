@@ -84,9 +84,13 @@ def network(moto, cidr: str) -> dict:
     return {"vpc": vpc, "subnet": subnet, "sg": sg}
 
 
+# PATH with this interpreter's environment first, also when pytest runs without it activated: the dev extra's
+# commands (aws, hadolint) and the python a job script starts are the ones the tests were installed with
+VENV_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
 def tool(name: str) -> str | None:
-    """A command of the dev extra: this interpreter's environment first (also when pytest runs without it activated)."""
-    return shutil.which(name, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    return shutil.which(name, path=VENV_PATH)
 
 
 def aws_cli() -> str:
@@ -371,7 +375,7 @@ def start_attempt(moto, cwd: Path, job_id: str, bucket: str, sync_seconds: str) 
         CLEANRL_SYNC_SECONDS=sync_seconds,
         WANDB_MODE="offline",
         PYTHONUNBUFFERED="1",
-        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        PATH=VENV_PATH,
     )
     args = ["CartPole-v1", SPOT_TOTAL, "1", "1", SPOT_EXTRA]
     return subprocess.Popen(
