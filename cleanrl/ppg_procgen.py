@@ -301,11 +301,12 @@ class AuxBuffer:
     def __init__(self, n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int):
         self.num_envs, self.n_iteration = num_envs, n_iteration
         self.stored = 0  # iterations of the current policy phase stored so far
+        self.distilling = False  # inside the auxiliary phase: every row is stored and pi_old's logits are recorded
         rows = n_iteration * num_envs
         self.obs = torch.empty((rows, num_steps) + tuple(obs_shape), dtype=torch.uint8)
         self.returns = torch.empty((rows, num_steps))
         self.valid = torch.empty((rows, num_steps), dtype=torch.bool)
-        self.old_logits = torch.empty((rows, num_steps, n_actions))
+        self.old_logits = torch.zeros((rows, num_steps, n_actions))  # zeros: a checkpoint holds no stray memory
 
     @property
     def num_rollouts(self) -> int:
@@ -327,10 +328,11 @@ class AuxBuffer:
         self.old_logits[rollouts] = logits.reshape((len(rollouts), -1, logits.shape[-1])).cpu()
 
     def state_dict(self) -> Optional[dict]:
-        """The rollouts the current policy phase has stored so far, for a checkpoint taken inside the phase (copies:
-        torch.save would write a slice's whole underlying storage); None after the phase's last iteration, whose
-        auxiliary phase has spent the buffer. pi_old's logits are not saved: the auxiliary phase computes them
-        when it starts."""
+        """For a checkpoint. Inside a policy phase: the rollouts stored so far (copies: torch.save would write a
+        slice's whole underlying storage). Inside the auxiliary phase: the whole buffer with pi_old's logits (some
+        not yet recorded if it stopped while recording them). None after an auxiliary phase, which spent the buffer."""
+        if self.distilling:
+            return {"obs": self.obs, "returns": self.returns, "valid": self.valid, "old_logits": self.old_logits}
         if self.stored == self.n_iteration:
             return None
         rows = self.stored * self.num_envs
@@ -341,6 +343,9 @@ class AuxBuffer:
         rows = state["obs"].shape[0]
         self.obs[:rows], self.returns[:rows], self.valid[:rows] = state["obs"], state["returns"], state["valid"]
         self.stored = rows // self.num_envs
+        self.distilling = "old_logits" in state
+        if self.distilling:
+            self.old_logits.copy_(state["old_logits"])
 
     def batch(self, rollouts: np.ndarray, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Whole rollouts, flattened to (len(rollouts) * num_steps, ...): obs, returns, old logits, valid."""
@@ -441,10 +446,11 @@ if __name__ == "__main__":
     valid = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
     aux = AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, obs_shape, n_actions)
 
-    # Checkpoints are taken between iterations. One taken inside a policy phase also holds the rollouts the phase
-    # has stored so far, so the auxiliary phase distills the same buffer as an uninterrupted run. The reward
-    # normalizer's statistics continue; its running discounted returns restart with the new episodes. The
-    # learning-rate schedule is a function of the iteration, so the iteration is its whole state.
+    # Checkpoints are taken between iterations, and on a signal inside the auxiliary phase (see auxiliary_phase).
+    # One taken inside a policy phase also holds the rollouts the phase has stored so far, so the auxiliary phase
+    # distills the same buffer as an uninterrupted run. The reward normalizer's statistics continue; its running
+    # discounted returns restart with the new episodes. The learning-rate schedule is a function of the iteration,
+    # so the iteration is its whole state.
     state = {"policy": policy, "value": value_net, "optimizer": optimizer, "reward_normalizer": reward_normalizer,
              "aux": aux}
     next_obs_np, start_iteration, global_step = run.restore(envs, state, seed=None)
@@ -555,6 +561,79 @@ if __name__ == "__main__":
     aux_update = runtime.speed_up(aux_update, args)
 
     aux_warmed_up = False
+
+    def auxiliary_phase(iteration: int, global_step: int, next_obs: torch.Tensor, position: Optional[dict]) -> None:
+        """AUXILIARY PHASE (Algorithm 1), part of a policy phase's last iteration: first record pi_old on every stored
+        observation, then E_aux epochs of distillation over minibatches of whole rollouts. It takes hours on a CPU,
+        so every minibatch ends at a safe point: on a signal, a checkpoint holding the buffer and the position (where
+        to go on: epoch, -1 while recording pi_old; the next minibatch's first index into the epoch's order; the
+        order; the last epoch's losses so far), and exit. A run resumed from it passes that position back."""
+        global aux_warmed_up
+        aux.distilling = True
+        if position is None:
+            position = {"epoch": -1, "start": 0, "order": torch.arange(aux.num_rollouts), "losses": torch.zeros(0, 3)}
+        first_epoch, first_start = position["epoch"], position["start"]
+        aux_inds = position["order"].numpy().copy()
+        last_epoch_losses = list(position["losses"])  # (kl_loss, aux_value_loss, value_loss) of every chunk
+
+        def safe_point(epoch: int, next_start: int) -> None:
+            part = "recording pi_old" if epoch == -1 else f"epoch {epoch + 1}/{args.e_auxiliary}"
+            run.safe_point(iteration, global_step, next_obs, lambda: {"aux_phase": {
+                "epoch": epoch, "start": next_start, "order": torch.from_numpy(aux_inds.copy()),
+                "losses": torch.stack(last_epoch_losses).cpu() if last_epoch_losses else torch.zeros(0, 3)}},
+                during=f"auxiliary phase: {part}, {100 * next_start // aux.num_rollouts}%")
+
+        if first_epoch == -1:
+            with torch.no_grad():
+                for start in range(first_start, aux.num_rollouts, args.num_aux_rollouts):
+                    rollouts = aux_inds[start : start + args.num_aux_rollouts]
+                    m_obs = aux.batch(rollouts, device)[0]
+                    with autocast():
+                        old_logits = policy(m_obs)[0]
+                    aux.set_old_logits(rollouts, old_logits.float())
+                    safe_point(-1, start + args.num_aux_rollouts)
+            first_epoch, first_start = 0, 0
+
+        chunk = args.num_aux_rollouts // args.n_aux_grad_accum
+        for aux_epoch in range(first_epoch, args.e_auxiliary):
+            if aux_epoch > first_epoch or first_start == 0:  # an epoch resumed part-way keeps its order
+                np.random.shuffle(aux_inds)
+            for start in range(first_start if aux_epoch == first_epoch else 0, aux.num_rollouts, args.num_aux_rollouts):
+                mb_rollouts = aux_inds[start : start + args.num_aux_rollouts]
+                mb_count = aux.valid[mb_rollouts].sum().to(device)
+                optimizer.zero_grad()
+                # (the last minibatch is smaller when the rollouts are no multiple of --num-aux-rollouts)
+                for c in range(0, len(mb_rollouts), chunk):
+                    m_obs, m_returns, m_old_logits, m_valid = aux.batch(mb_rollouts[c : c + chunk], device)
+                    chunk_losses = aux_update(
+                        m_obs, m_returns, m_old_logits, m_valid, mb_count, c + chunk >= len(mb_rollouts)
+                    )
+                    if aux_epoch == args.e_auxiliary - 1:
+                        last_epoch_losses.append(torch.stack(chunk_losses))
+                safe_point(aux_epoch, start + args.num_aux_rollouts)
+        aux.distilling = False
+
+        # means over the minibatches of the last auxiliary epoch (a minibatch's loss is the sum of its chunks'); they
+        # come to the host once per phase
+        kl_mean, aux_value_mean, value_mean = (torch.stack(last_epoch_losses).sum(0) / aux_minibatches).tolist()
+        aux_logged = {"losses/aux_kl_loss": kl_mean, "losses/aux_pi_value_loss": aux_value_mean,
+                      "losses/aux_value_loss": value_mean}
+        for key, value in aux_logged.items():
+            writer.add_scalar(key, value, global_step)
+        run.check_finite(aux_logged, global_step, f"iteration {iteration}")
+        if not aux_warmed_up:
+            # The first auxiliary phase of this process is a warm-up too (it compiles aux_update): the SPS clock
+            # restarts after it, so later SPS values include the auxiliary phases after the first one only.
+            run.start_clock(global_step)
+            aux_warmed_up = True
+
+    position = run.resumed("aux_phase")
+    if position is not None:  # the checkpoint was taken inside iteration start_iteration - 1's auxiliary phase
+        part = "recording pi_old" if position["epoch"] == -1 else f"epoch {position['epoch'] + 1}/{args.e_auxiliary}"
+        runtime.say(f"continuing the auxiliary phase: {part}, from rollout {position['start']}/{aux.num_rollouts}")
+        auxiliary_phase(start_iteration - 1, global_step, next_obs, position)
+        run.end_of_iteration(start_iteration - 1, global_step, next_obs)
+
     for iteration in range(start_iteration, num_iterations + 1):
         # POLICY PHASE: N_pi iterations of PPO with separate policy and value networks (Algorithm 1)
         phase_iteration = (iteration - 1) % args.n_iteration
@@ -665,47 +744,7 @@ if __name__ == "__main__":
         aux.store(phase_iteration, obs, returns, valid)
 
         if phase_iteration == args.n_iteration - 1:
-            # AUXILIARY PHASE (Algorithm 1), part of the phase's last iteration: first record pi_old on every
-            # stored observation, then E_aux epochs of distillation over minibatches of whole rollouts.
-            aux_inds = np.arange(aux.num_rollouts)
-            with torch.no_grad():
-                for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
-                    rollouts = aux_inds[start : start + args.num_aux_rollouts]
-                    m_obs = aux.batch(rollouts, device)[0]
-                    with autocast():
-                        old_logits = policy(m_obs)[0]
-                    aux.set_old_logits(rollouts, old_logits.float())
-
-            chunk = args.num_aux_rollouts // args.n_aux_grad_accum
-            last_epoch_losses = []  # (kl_loss, aux_value_loss, value_loss) of every chunk of the last epoch
-            for aux_epoch in range(args.e_auxiliary):
-                np.random.shuffle(aux_inds)
-                for start in range(0, aux.num_rollouts, args.num_aux_rollouts):
-                    mb_rollouts = aux_inds[start : start + args.num_aux_rollouts]
-                    mb_count = aux.valid[mb_rollouts].sum().to(device)
-                    optimizer.zero_grad()
-                    # (the last minibatch is smaller when the rollouts are no multiple of --num-aux-rollouts)
-                    for c in range(0, len(mb_rollouts), chunk):
-                        m_obs, m_returns, m_old_logits, m_valid = aux.batch(mb_rollouts[c : c + chunk], device)
-                        chunk_losses = aux_update(
-                            m_obs, m_returns, m_old_logits, m_valid, mb_count, c + chunk >= len(mb_rollouts)
-                        )
-                        if aux_epoch == args.e_auxiliary - 1:
-                            last_epoch_losses.append(torch.stack(chunk_losses))
-
-            # means over the minibatches of the last auxiliary epoch (a minibatch's loss is the sum of its chunks');
-            # they come to the host once per phase
-            kl_mean, aux_value_mean, value_mean = (torch.stack(last_epoch_losses).sum(0) / aux_minibatches).tolist()
-            aux_logged = {"losses/aux_kl_loss": kl_mean, "losses/aux_pi_value_loss": aux_value_mean,
-                          "losses/aux_value_loss": value_mean}
-            for key, value in aux_logged.items():
-                writer.add_scalar(key, value, global_step)
-            run.check_finite(aux_logged, global_step, f"iteration {iteration}")
-            if not aux_warmed_up:
-                # The first auxiliary phase of this process is a warm-up too (it compiles aux_update): the SPS clock
-                # restarts after it, so later SPS values include the auxiliary phases after the first one only.
-                run.start_clock(global_step)
-                aux_warmed_up = True
+            auxiliary_phase(iteration, global_step, next_obs, position=None)
 
         # the safe point between iterations (the phase's last one after its auxiliary phase): progress; a checkpoint
         # every --checkpoint-frequency iterations or on SIGTERM

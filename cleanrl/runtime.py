@@ -573,18 +573,19 @@ class Progress:
     def recent_return(self) -> str:
         return f"{np.mean(self.returns):.1f}" if self.returns else "-"
 
-    def update(self, global_step: int, sps: int) -> None:
-        now, last = time.monotonic(), global_step >= self.total_steps
+    def update(self, global_step: int, sps: int, during: str = "") -> None:
+        """`during`: a long part of an iteration under way (PPG's auxiliary phase), shown in place of the speed."""
+        now, last = time.monotonic(), global_step >= self.total_steps and not during
         too_soon = not last and now - self.last_draw < (0.25 if self.terminal else self.interval)
         if not self.enabled or too_soon or last and not self.terminal:  # off a terminal the summary line says the rest
             return
         self.last_draw, self.drawn = now, True
-        percent = 100 * global_step // self.total_steps
-        if self.terminal:
-            sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {sps} SPS | "
-                             f"return {self.recent_return()}  ")
+        percent, speed = 100 * global_step // self.total_steps, during or f"{sps} SPS"
+        if self.terminal:  # (\x1b[K clears what a longer line left to the right)
+            sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {speed} | "
+                             f"return {self.recent_return()}  \x1b[K")
         else:
-            sys.stderr.write(f"progress: step {global_step}/{self.total_steps} ({percent}%), {sps} SPS, "
+            sys.stderr.write(f"progress: step {global_step}/{self.total_steps} ({percent}%), {speed}, "
                              f"mean return of the last 20 episodes {self.recent_return()}\n")
         sys.stderr.flush()
 
@@ -648,8 +649,9 @@ class Run:
         return 0 if self.checkpoint is None else self.checkpoint["global_step"]
 
     def resumed(self, key: str, default=None):
-        """A plain entry of the checkpoint (a counter the script saved), or default on a fresh run."""
-        return default if self.checkpoint is None else self.checkpoint[key]
+        """A plain entry of the checkpoint (a counter the script saved), or default on a fresh run or where the
+        checkpoint has no such entry (an entry only some checkpoints hold, or one a later version added)."""
+        return default if self.checkpoint is None else self.checkpoint.get(key, default)
 
     def restore(self, envs, state: dict, seed: Optional[int]) -> tuple[np.ndarray, int, int]:
         """(first obs, first iteration, global step). A fresh run resets envs with `seed` (None: seeded when built).
@@ -768,14 +770,29 @@ class Run:
         if self.args.save_model and (stop or update is not None and every > 0 and update % every == 0):
             self.save(iteration, global_step, next_obs, finished=False, **extra)
         if stop:
-            self.progress.close()
-            if self.rank == 0:
-                say(f"{stop}: stopped after global step {global_step}; " + (
-                    f"checkpoint saved to {self.checkpoint_path}" if self.args.save_model
-                    else "no --save-model, no checkpoint"))
-            self.envs.close()
-            self.close()
-            raise SystemExit(self.stop.exit_status)
+            self.stop_run(stop, global_step)
+
+    def safe_point(self, iteration: int, global_step: int, next_obs, extra: Callable[[], dict], during: str) -> None:
+        """A safe point inside an iteration that outlasts a stop's grace period (PPG's auxiliary phase, hours on a
+        CPU), for single-process scripts: the progress line shows `during` (how far that part has come); on a signal,
+        a checkpoint (--save-model) that says `iteration` and holds the entries `extra()` returns (where inside the
+        next part of the work to go on; called only then), and exit 128 + signal."""
+        self.progress.update(global_step, 0, during)
+        if self.stop.received:
+            if self.args.save_model:
+                self.save(iteration, global_step, next_obs, finished=False, **extra())
+            self.stop_run(self.stop.received, global_step)
+
+    def stop_run(self, stop: str, global_step: int) -> NoReturn:
+        """Say why the run stopped and where its checkpoint is, close everything, exit 128 + signal."""
+        self.progress.close()
+        if self.rank == 0:
+            say(f"{stop}: stopped after global step {global_step}; " + (
+                f"checkpoint saved to {self.checkpoint_path}" if self.args.save_model
+                else "no --save-model, no checkpoint"))
+        self.envs.close()
+        self.close()
+        raise SystemExit(self.stop.exit_status)
 
     def finish(self, global_step: int, next_obs, model, evaluate: Callable[[], list], **extra) -> None:
         """After the loop: with --save-model the final checkpoint, the model (state dict or dict of them), its eval."""

@@ -223,13 +223,13 @@ def assert_same_entries(a, b, where: str = "") -> None:
 NOT_THE_COURSE = ("run_name", "args", "envs")
 
 
-def assert_same_run(uninterrupted: Path, resumed: Path) -> None:
+def assert_same_run(uninterrupted: Path, resumed: Path, apart_from: tuple = ()) -> None:
     """A resumed run equals the uninterrupted one: every entry of the final checkpoints (networks, optimizers,
-    generators, counters; not NOT_THE_COURSE) bit for bit, and every logged scalar but the speed, step for step
-    (so the killed process's events after its checkpoint were purged)."""
+    generators, counters; not NOT_THE_COURSE, nor `apart_from`) bit for bit, and every logged scalar but the speed,
+    step for step (so the killed process's events after its checkpoint were purged)."""
     a, b = load(uninterrupted / "checkpoint.pt"), load(resumed / "checkpoint.pt")
     assert a["finished"] and b["finished"] and a.keys() == b.keys()
-    for key in a.keys() - set(NOT_THE_COURSE):
+    for key in a.keys() - set(NOT_THE_COURSE) - set(apart_from):
         assert_same_entries(a[key], b[key], key)
     scalars_a, scalars_b = read_scalars(uninterrupted), read_scalars(resumed)
     assert scalars_a.keys() == scalars_b.keys()

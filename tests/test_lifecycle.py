@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -337,6 +338,40 @@ def test_ppg_killed_inside_a_policy_phase_then_resumed_continues_the_same_run(re
     assert final["aux"] is None, "after the auxiliary phase the buffer is spent and not saved"
 
 
+@needs("procgen")
+def test_ppg_stopped_inside_its_auxiliary_phase_goes_on_there_and_ends_as_an_uninterrupted_run(workdir):
+    # The budget is one phase, so all that follows a stop inside its auxiliary phase is distillation of the saved
+    # buffer: no environment steps, which a resume would restart. 16 auxiliary epochs of 8 one-rollout minibatches
+    # (about 0.1 s each here) make the phase last about 12 s. The first checkpoint (after iteration 3) is the policy
+    # phase's last safe point; iteration 4 and the recording of pi_old take well under a second after it, so a
+    # signal sent 2.5 s later falls inside a distillation epoch.
+    command = [*PPG, "--num-aux-rollouts", "1", "--e-auxiliary", "16", "--save-model"]
+    (workdir / "a").mkdir(), (workdir / "b").mkdir()
+    run_script("ppg_procgen.py", *command, cwd=workdir / "a")
+    command += ["--checkpoint-frequency", "3", "--resume", "auto"]
+    proc = start("ppg_procgen.py", *command, cwd=workdir / "b")
+    path = wait_for_checkpoint(proc, workdir / "b")
+    time.sleep(2.5)
+    assert "SIGTERM: stopped after global step 128; checkpoint saved" in stop(proc, signal.SIGTERM)
+    stopped_at = load(path)
+    position = stopped_at["aux_phase"]
+    assert stopped_at["iteration"] == 4 and not stopped_at["finished"]
+    assert 0 <= position["epoch"] < 16 and 0 < position["start"] <= 8, f"not stopped while distilling: {position}"
+    assert sorted(position["order"].tolist()) == list(range(8)), "the order is a permutation of the 8 rollouts"
+    assert position["order"].tolist() != list(range(8)), "the epoch's order is shuffled"
+    assert len(position["losses"]) == (position["start"] if position["epoch"] == 15 else 0)
+    aux = stopped_at["aux"]
+    assert aux["obs"].shape == (8, 16, 3, 64, 64) and aux["old_logits"].shape == (8, 16, 15)
+    assert aux["old_logits"].abs().min() > 0, "pi_old's logits were recorded for every observation"
+    resumed = run_script("ppg_procgen.py", *command, cwd=workdir / "b").stdout
+    part = f"epoch {position['epoch'] + 1}/16, from rollout {position['start']}/8"
+    assert f"continuing the auxiliary phase: {part}" in resumed, resumed
+    # the same final networks, Adam state and generators bit for bit, and the same curves; not the same next_obs,
+    # as the resumed process built new environments (Procgen's cannot be saved) and took no step in them
+    assert_same_run(single_run_dir(workdir / "a"), single_run_dir(workdir / "b"), apart_from=("next_obs",))
+    assert load(single_run_dir(workdir / "b") / "checkpoint.pt")["aux"] is None
+
+
 @pytest.mark.parametrize("row", script_params(["ddpg_continuous_action.py"]))
 def test_killed_and_resumed_without_the_replay_memory_refills_it_before_learning(row, resumed):
     case, run = RESUMES[row.name], resumed(row.name)
@@ -622,8 +657,11 @@ NON_FINITE = {
     "ppo.py": NonFinite("resumed", first_moment("optimizer", 6), after_iteration(128)),
     # ppo_atari: parameter 8 is the actor head, after the 4 layers of the Nature CNN
     "ppo_atari.py": NonFinite("stopped", first_moment("optimizer", 8), after_iteration(64)),
-    # ppg: parameter 0 is the policy's first conv layer
-    "ppg_procgen.py": NonFinite("stopped", first_moment("optimizer", 0), after_iteration(32, losses=False)),
+    # ppg: parameter 0 is the policy's first conv layer. The SIGTERM's checkpoint falls inside iteration 2's auxiliary
+    # phase: the resumed phase's first optimizer step writes NaN, and the phase's losses are checked at its end
+    "ppg_procgen.py": NonFinite("stopped", first_moment("optimizer", 0), lambda c: [
+        "error: non-finite losses/aux_kl_loss (nan)",
+        f"at global step {c['global_step']} (iteration {c['iteration']}); stopped without"]),
     # sac: qf1's first layer; the replay memory was saved, so learning goes on at once
     "sac_continuous_action.py": NonFinite("resumed", first_moment("q_optimizer", 0), sac_expected),
     # dqn: the first layer's weight
@@ -654,7 +692,7 @@ def test_non_finite_stops_naming_step_and_quantity_and_keeps_the_checkpoint(row,
 # ---------------------------------------------------------------------------------------------------------------
 # What a checkpoint holds
 @needs("procgen")
-def test_a_ppg_checkpoint_inside_a_policy_phase_holds_its_stored_rollouts(resumed, stopped):
+def test_a_ppg_checkpoint_inside_a_phase_holds_its_stored_rollouts(resumed, stopped):
     killed = load(Path(resumed("ppg_procgen.py")["killed"]) / "checkpoint.pt")
     iteration = killed["iteration"]
     # inside the phase: the rollouts stored so far, 2 per iteration (one per env), whole and uint8
@@ -665,10 +703,13 @@ def test_a_ppg_checkpoint_inside_a_policy_phase_holds_its_stored_rollouts(resume
     assert aux["obs"].float().std() > 0, "the saved observations are frames, not empty memory"
     assert set(killed["reward_normalizer"]) == {"mean", "var", "count"}
     assert killed["reward_normalizer"]["count"] > 1  # it has seen the first iteration's returns
-    # with policy phases of 2 iterations, odd iterations end inside a phase and carry one iteration's rollouts;
-    # even ones end a phase
+    # with policy phases of 2 iterations, a SIGTERM sent once the first checkpoint (iteration 1) exists is served at
+    # the next safe point, the first minibatch of iteration 2's auxiliary phase: the checkpoint holds the whole
+    # buffer (4 rollouts), pi_old's logits, and where to go on
     sigterm = load(Path(stopped("ppg_procgen.py")["run_dir"]) / "checkpoint.pt")
-    assert (sigterm["aux"] is None) == (sigterm["iteration"] % 2 == 0)
+    assert sigterm["iteration"] == 2 and sigterm["global_step"] == 64
+    assert sigterm["aux"]["obs"].shape == (4, 16, 3, 64, 64) and sigterm["aux"]["old_logits"].shape == (4, 16, 15)
+    assert sigterm["aux_phase"]["epoch"] in (-1, 0), sigterm["aux_phase"]
 
 
 @pytest.mark.parametrize("row", script_params(["dqn_atari.py", "c51_atari.py"]))

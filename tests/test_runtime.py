@@ -137,8 +137,27 @@ def test_progress_on_a_terminal_redraws_one_line(capsys, monkeypatch):
     progress.update(150, 10)  # within 0.25 s of the last draw
     progress.update(200, 12)  # the last step is always drawn
     progress.close()
-    assert capsys.readouterr().err == ("\r100/200 steps (50%) | 10 SPS | return -  "
-                                       "\r200/200 steps (100%) | 12 SPS | return -  \n")
+    assert capsys.readouterr().err == ("\r100/200 steps (50%) | 10 SPS | return -  \x1b[K"
+                                       "\r200/200 steps (100%) | 12 SPS | return -  \x1b[K\n")
+
+
+def test_progress_shows_a_long_part_of_an_iteration_in_place_of_the_speed(capsys, monkeypatch):
+    # PPG's auxiliary phase comes after the last step of its phase: the line still shows how far it has come
+    clock = [0.0]
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: clock[0])
+    for terminal in (True, False):
+        progress = runtime.Progress(200, enabled=True, interval=30.0)
+        progress.terminal = terminal
+        clock[0] += 31
+        progress.update(200, 0, "auxiliary phase: epoch 2/6, 50%")
+        progress.update(200, 0, "auxiliary phase: epoch 2/6, 51%")  # too soon after the last draw
+        clock[0] += 31
+        progress.update(200, 15)  # the end, drawn on a terminal, left to the summary line in a file
+        progress.close()
+    assert capsys.readouterr().err == (
+        "\r200/200 steps (100%) | auxiliary phase: epoch 2/6, 50% | return -  \x1b[K"
+        "\r200/200 steps (100%) | 15 SPS | return -  \x1b[K\n"
+        "progress: step 200/200 (100%), auxiliary phase: epoch 2/6, 50%, mean return of the last 20 episodes -\n")
 
 
 # ---- declared flag ranges, budgets, run directories, unreadable checkpoints, failed writes (bad input) ----
