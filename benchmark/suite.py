@@ -81,9 +81,12 @@ SUITE = [
     Entry("ppo_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=1.7, checkpoint_frequency=50),
     Entry("ppo_atari_multigpu", ["BreakoutNoFrameskip-v4"], 500_000, launcher=("torchrun", "--standalone", "--nproc_per_node=2"), hours=2.1, checkpoint_frequency=50),
     # one PPG phase: 32 policy iterations of 64 envs x 256 steps, then the auxiliary phase. A checkpoint inside the
-    # phase holds the rollouts stored so far (200 MB per iteration), so every 8 iterations (about 25 minutes); one
-    # run at a time: the phase's buffer is 6.5 GB per run, and a checkpoint copies up to 5 GB of it
-    Entry("ppg_procgen", ["starpilot"], 524_288, hours=3.2, checkpoint_frequency=8, max_workers=1),
+    # phase holds the rollouts stored so far (200 MB per iteration), so every 8 iterations (about 20 minutes); one
+    # run at a time: the phase's buffer is 6.5 GB per run, and a checkpoint copies up to 5 GB of it. Per run: the
+    # policy phase took 80 minutes on both cores (111-114 SPS); the auxiliary phase is 6 x 512 minibatches of 1024
+    # observations through both networks, forward and backward, about 11 s each with one thread beside a busy core,
+    # so about 9.4 core-hours. A stop inside it saves its position and the buffer (6 GB) and goes on from there.
+    Entry("ppg_procgen", ["starpilot"], 524_288, hours=36, checkpoint_frequency=8, max_workers=1),
     Entry("dqn_atari", ["BreakoutNoFrameskip-v4"], 500_000, ("--save-buffer",), hours=8.5, checkpoint_frequency=25_000),
     Entry("c51_atari", ["BreakoutNoFrameskip-v4"], 500_000, ("--save-buffer",), hours=8.5, checkpoint_frequency=25_000),
 ]
