@@ -569,19 +569,25 @@ if __name__ == "__main__":
         to go on: epoch, -1 while recording pi_old; the next minibatch's first index into the epoch's order; the
         order; the last epoch's losses so far), and exit. A run resumed from it passes that position back."""
         global aux_warmed_up
+
+        def part(epoch: int) -> str:
+            return "recording pi_old" if epoch == -1 else f"epoch {epoch + 1}/{args.e_auxiliary}"
+
         aux.distilling = True
         if position is None:
             position = {"epoch": -1, "start": 0, "order": torch.arange(aux.num_rollouts), "losses": torch.zeros(0, 3)}
+        else:
+            runtime.say(f"continuing the auxiliary phase: {part(position['epoch'])}, from rollout "
+                        f"{position['start']}/{aux.num_rollouts}")
         first_epoch, first_start = position["epoch"], position["start"]
         aux_inds = position["order"].numpy().copy()
         last_epoch_losses = list(position["losses"])  # (kl_loss, aux_value_loss, value_loss) of every chunk
 
         def safe_point(epoch: int, next_start: int) -> None:
-            part = "recording pi_old" if epoch == -1 else f"epoch {epoch + 1}/{args.e_auxiliary}"
             run.safe_point(iteration, global_step, next_obs, lambda: {"aux_phase": {
                 "epoch": epoch, "start": next_start, "order": torch.from_numpy(aux_inds.copy()),
                 "losses": torch.stack(last_epoch_losses).cpu() if last_epoch_losses else torch.zeros(0, 3)}},
-                during=f"auxiliary phase: {part}, {100 * next_start // aux.num_rollouts}%")
+                during=f"auxiliary phase: {part(epoch)}, {100 * next_start // aux.num_rollouts}%")
 
         if first_epoch == -1:
             with torch.no_grad():
@@ -629,8 +635,6 @@ if __name__ == "__main__":
 
     position = run.resumed("aux_phase")
     if position is not None:  # the checkpoint was taken inside iteration start_iteration - 1's auxiliary phase
-        part = "recording pi_old" if position["epoch"] == -1 else f"epoch {position['epoch'] + 1}/{args.e_auxiliary}"
-        runtime.say(f"continuing the auxiliary phase: {part}, from rollout {position['start']}/{aux.num_rollouts}")
         auxiliary_phase(start_iteration - 1, global_step, next_obs, position)
         run.end_of_iteration(start_iteration - 1, global_step, next_obs)
 
