@@ -638,6 +638,8 @@ class Run:
         self.state, self.envs, self.stop = {}, None, StopSignal()
         self.progress = Progress(num_iterations * steps_per_iteration, args.progress and rank == 0,
                                  args.progress_interval)
+        # a resumed run's progress line goes on with the returns it showed when stopped (older checkpoints: none)
+        self.progress.returns.extend(self.resumed("recent_returns", []))
         self.wall_start, self.saved_any = time.time(), checkpoint is not None
         self.clock: Optional[tuple[float, int]] = None  # (time, global step) the SPS clock started at
         self.profiler: Optional[cProfile.Profile] = None  # with CLEANRL_PROFILE set: the measured span's profile
@@ -746,7 +748,7 @@ class Run:
         checkpoint = {
             "script": self.script, "args": asdict(self.args), "run_name": self.name, "iteration": iteration,
             "global_step": global_step, "finished": finished, "rng": rng_state(), "envs": env_state(self.envs)[0],
-            "next_obs": torch.as_tensor(next_obs).cpu(),
+            "next_obs": torch.as_tensor(next_obs).cpu(), "recent_returns": list(self.progress.returns),
         } | {key: None if obj is None else state_of(obj) for key, obj in self.state.items()} | extra
         save_checkpoint(checkpoint, self.checkpoint_path)
         self.saved_any = True
@@ -814,7 +816,8 @@ class Run:
                 say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         if self.rank == 0:
             saved = f"; model {self.model_path}, checkpoint {self.checkpoint_path}" if self.args.save_model else ""
-            say(f"done: {global_step} steps in {time.time() - self.wall_start:.0f} s, mean return of the last "
+            since = "" if self.checkpoint is None else f" since resuming at step {self.global_step}"
+            say(f"done: {global_step} steps in {time.time() - self.wall_start:.0f} s{since}, mean return of the last "
                 f"{len(self.progress.returns)} episodes {self.progress.recent_return()}; logs in {self.dir}{saved}")
         self.close()
 

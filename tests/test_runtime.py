@@ -457,3 +457,27 @@ def test_progress_shows_the_rate_since_start_before_the_sps_clock_starts(capsys,
     now[0] += 2.0
     run.end_of_iteration(3, 600, None)  # 400 steps in 4 s since the clock started
     assert capsys.readouterr().err.split(", ")[1] == "100 SPS"
+
+
+def test_a_resumed_run_shows_the_returns_it_showed_when_stopped(workdir):
+    @dataclass
+    class args:
+        save_model: bool = True
+        exp_name: str = "x"
+        progress: bool = True
+        progress_interval: float = 30.0
+        torch_threads: int = 1
+        checkpoint_frequency: int = 0
+
+    stopped = runtime.Run(args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), None, 10, 100, 0)
+    for episodic_return in (1.0, 2.0, 6.0):
+        stopped.progress.episode(episodic_return)
+    stopped.envs = runtime.make_envs("CartPole-v1", 1, False, "x")
+    stopped.save(3, 300, np.zeros(1), finished=False)
+    saved = runtime.load_checkpoint(str(workdir / "checkpoint.pt"), "ppo.py")
+    assert saved["recent_returns"] == [1.0, 2.0, 6.0]
+    resumed = runtime.Run(args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), saved, 10, 100, 0)
+    assert resumed.progress.recent_return() == "3.0"
+    # a checkpoint written before the entry existed resumes with an empty line, as before
+    older = runtime.Run(args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), a_checkpoint(), 10, 100, 0)
+    assert older.progress.recent_return() == "-"
