@@ -461,7 +461,7 @@ def test_progress_shows_the_rate_since_start_before_the_sps_clock_starts(capsys,
 
 def test_a_resumed_run_shows_the_returns_it_showed_when_stopped(workdir):
     @dataclass
-    class args:
+    class Args:
         save_model: bool = True
         exp_name: str = "x"
         progress: bool = True
@@ -469,15 +469,15 @@ def test_a_resumed_run_shows_the_returns_it_showed_when_stopped(workdir):
         torch_threads: int = 1
         checkpoint_frequency: int = 0
 
-    stopped = runtime.Run(args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), None, 10, 100, 0)
+    stopped = runtime.Run(Args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), None, 10, 100, 0)
     for episodic_return in (1.0, 2.0, 6.0):
         stopped.progress.episode(episodic_return)
     stopped.envs = runtime.make_envs("CartPole-v1", 1, False, "x")
     stopped.save(3, 300, np.zeros(1), finished=False)
     saved = runtime.load_checkpoint(str(workdir / "checkpoint.pt"), "ppo.py")
     assert saved["recent_returns"] == [1.0, 2.0, 6.0]
-    resumed = runtime.Run(args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), saved, 10, 100, 0)
+    resumed = runtime.Run(Args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), saved, 10, 100, 0)
     assert resumed.progress.recent_return() == "3.0"
     # a checkpoint written before the entry existed resumes with an empty line, as before
-    older = runtime.Run(args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), a_checkpoint(), 10, 100, 0)
+    older = runtime.Run(Args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), a_checkpoint(), 10, 100, 0)
     assert older.progress.recent_return() == "-"
