@@ -816,8 +816,10 @@ class Run:
                 say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         if self.rank == 0:
             saved = f"; model {self.model_path}, checkpoint {self.checkpoint_path}" if self.args.save_model else ""
-            since = "" if self.checkpoint is None else f" since resuming at step {self.global_step}"
-            say(f"done: {global_step} steps in {time.time() - self.wall_start:.0f} s{since}, mean return of the last "
+            elapsed = f"{time.time() - self.wall_start:.0f} s"
+            resumed = f"; {elapsed} since resuming at step {self.global_step}"
+            took = f" in {elapsed}" if self.checkpoint is None else resumed
+            say(f"done: {global_step} steps{took}, mean return of the last "
                 f"{len(self.progress.returns)} episodes {self.progress.recent_return()}; logs in {self.dir}{saved}")
         self.close()
 
