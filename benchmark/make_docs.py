@@ -80,6 +80,20 @@ READINGS = {
         "well on its way at this budget: see dqn_atari.py's table."
     ),
 }
+
+
+def ppg_reading(res: "ScriptResults") -> str:
+    early = "; ".join(f"`{r['env_id']}` " + ", ".join(fmt(x) for x in r["early"]) for r in res.rows)
+    return (
+        "Reading: the smallest budget PPG runs whole is one phase: 32 policy iterations of 64 environments × 256 steps "
+        "(524,288 steps), then the auxiliary phase, 6 epochs over that phase's 2,048 rollouts. One phase shows that "
+        "learning has begun: the mean return of the episodes that ended in the first 10% of the steps was "
+        f"{early} (seeds in order), against the final returns above. The published figure below comes after 25M "
+        "steps, about 48 such phases."
+    )
+
+
+READINGS["ppg_procgen"] = ppg_reading
 BAND = "Curves: the mean over seeds of each run's moving average over 10 episodes; the band is the 95% bootstrap interval of that mean, inside the runs' range."  # fmt: skip
 
 
@@ -140,9 +154,17 @@ def learning_results(script: str) -> ScriptResults:
                 "mean": float(row["final_return_mean"]),
                 "std": float(row["final_return_std"]),
                 "finals": [float(x) for x in row["finals"].split()],
+                "early": [early_return(records[(env_id, int(seed))]) for seed in row["seeds"].split()],
             }
         )
     return ScriptResults(script, rows, figure, missing)
+
+
+def early_return(record: dict) -> float:
+    """The mean return of the episodes that ended in the first 10% of a run's steps (nan if none did)."""
+    end = 0.1 * (record["total_timesteps"] or record["last_step"])
+    early = [float(r) for s, r in zip(record["episodes"]["step"], record["episodes"]["return"]) if s <= end]
+    return sum(early) / len(early) if early else math.nan
 
 
 def fmt(x: float) -> str:
@@ -189,7 +211,8 @@ def results_block(res: ScriptResults, figures_url: str, page_url: str) -> str:
         if paragraph:
             out += [" ".join(paragraph), ""]
         if res.script in READINGS:
-            out += [READINGS[res.script], ""]
+            reading = READINGS[res.script]
+            out += [reading if isinstance(reading, str) else reading(res), ""]
     context = {e: v for e, v in published.items() if not any(r["env_id"] == e and r["budget"] == v[0] for r in res.rows)}
     if context:
         quoted = ", ".join(f"{v[2]} {v[1]:,.1f} at {steps(v[0])} steps" for v in context.values())

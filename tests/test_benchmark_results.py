@@ -1,6 +1,7 @@
 """The published benchmark results: the docs regenerate from the kept per-run files, every algorithm page shows
 the figure of each script with kept runs, and the kept files are whole."""
 
+import math
 import re
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import sys
 import pytest
 
 from benchmark.kept import KEPT, find_kept, read_kept
-from benchmark.make_docs import PAGES, READINGS
+from benchmark.make_docs import PAGES, READINGS, early_return, learning_results
 from benchmark.suite import SUITE
 from tests.helpers import ROOT
 
@@ -59,7 +60,21 @@ def test_every_script_with_kept_runs_shows_its_seeds_and_its_reading(page):
         if len(kept) > 1:
             assert "Final returns per seed (seeds in order):" in block, f"{page}: {script} gives no per-seed finals"
         if script in READINGS:
-            assert READINGS[script] in block, f"{page}: {script}'s reading is missing"
+            reading = READINGS[script]
+            expected = reading if isinstance(reading, str) else reading(learning_results(script))
+            assert expected in block, f"{page}: {script}'s reading is missing"
+
+
+def test_early_return_averages_the_episodes_that_ended_in_the_first_tenth_of_the_steps():
+    record = {"total_timesteps": 10_000, "last_step": 10_000,
+              "episodes": {"step": [100, 900, 1000, 1001, 5000], "return": [1.0, 2.0, 3.0, 10.0, 20.0]}}
+    assert early_return(record) == 2.0  # (1 + 2 + 3) / 3: the episodes that ended by step 1,000
+    # a stopped run without a budget counts its tenth from the last step it reached
+    record = {"total_timesteps": None, "last_step": 5_000, "episodes": {"step": [400, 600], "return": [4.0, 8.0]}}
+    assert early_return(record) == 4.0
+    # no episode ended that early: no number, rather than a made-up one
+    late = {"total_timesteps": 100, "last_step": 100, "episodes": {"step": [50], "return": [1.0]}}
+    assert math.isnan(early_return(late))
 
 
 def test_kept_runs_are_whole_and_belong_to_the_suite():
