@@ -121,7 +121,7 @@ def steps(n: int) -> str:
 @dataclass
 class ScriptResults:
     script: str
-    rows: list[dict]  # per env: env_id, budget, seeds, mean, std
+    rows: list[dict]  # per env: env_id, budget, seeds, mean, std, finals and early (per seed, in seed order)
     figure: Optional[bytes]  # curves.svg
     missing: list[tuple[str, int]]  # (env_id, budget) of suite entries with no kept run
 
