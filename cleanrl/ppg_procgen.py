@@ -412,6 +412,13 @@ if __name__ == "__main__":
     env_id = procgen_id(args)  # before any other check, as a missing Qt runtime fails here
     batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
     num_iterations = num_phases * args.n_iteration
+    # the storage below: the rollout (per step of each env a uint8 3x64x64 observation, an int64 action, 4 float32, a
+    # bool, an int64 minibatch index) and, in host memory, the auxiliary buffer (every Procgen game has 15 actions)
+    runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
+                         batch_size * (3 * 64 * 64 + 8 + 16 + 1 + 8), "a rollout storage", cuda=args.cuda)
+    runtime.check_memory(f"--n-iteration {args.n_iteration} x --num-envs {args.num_envs} x --num-steps "
+                         f"{args.num_steps}", aux_buffer_bytes(args.n_iteration, args.num_envs, args.num_steps,
+                                                               (3, 64, 64), 15), "an auxiliary buffer")
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 

@@ -214,7 +214,13 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         runtime.eval_only(args, "agent", lambda _: make_agent(args.env_id), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    runtime.probe_env(args.env_id, gym.spaces.Discrete, "ppo.py").close()
+    probe = runtime.probe_env(args.env_id, gym.spaces.Discrete, "ppo.py")
+    probe.close()
+    # the storage below, per step of each env: the observation and 7 float32 and a bool on the device, 3 float32 and
+    # a bool staged on the host, an int64 minibatch index
+    runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
+                         batch_size * (4 * int(np.prod(probe.observation_space.shape)) + 54), "a rollout storage",
+                         cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 

@@ -212,6 +212,9 @@ if __name__ == "__main__":
         runtime.eval_only(args, "agent", lambda _: make_agent(args), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     check_env(args)
+    # the storage below, per step of each env: a uint8 4x84x84 observation, an int64 action, 6 float32 and a bool
+    runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
+                         batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 8), "a rollout storage", cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 

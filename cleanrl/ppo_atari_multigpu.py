@@ -352,6 +352,10 @@ if __name__ == "__main__":
         args, checkpoint = runtime.broadcast_resume(Args, args, rank)
     envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
     check_atari_args(args)
+    # this rank's storage, per step of each of its envs: a uint8 4x84x84 observation, an int64 action, 6 float32 and
+    # a bool, an int64 minibatch index
+    runtime.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank",
+                         local_batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 8), "a rollout storage", cuda=args.cuda)
     if checkpoint is not None:
         # the checkpoint holds every rank's generators and env states; this rank takes back its own
         if len(checkpoint["rng"]) != world_size:

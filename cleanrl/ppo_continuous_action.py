@@ -18,7 +18,6 @@ MuJoCo environments need the `mujoco` extra (pip install "cleanrl[mujoco]").
 
 import math
 import os
-import pickle
 from dataclasses import dataclass
 from typing import Optional
 
@@ -97,14 +96,16 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
         fail(f"{env_id} has observation space {observation_space}; the networks need flat Box observations")
 
 
-def check_env(env_id: str) -> None:
-    """Fail in one line, before any work starts, when env_id cannot be made or its spaces do not fit."""
+def check_env(env_id: str) -> gym.Env:
+    """Fail in one line, before any work starts, when env_id cannot be made or its spaces do not fit; else the
+    probed env (closed), for its spaces."""
     try:
         probe = gym.make(env_id)
     except gym.error.Error as e:
         fail(f"cannot make environment {env_id!r}: {e}")
     check_spaces(env_id, probe.observation_space, probe.action_space)
     probe.close()
+    return probe
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -341,8 +342,8 @@ def evaluate_saved(args: Args) -> list[float]:
     runtime.seed_everything(args.seed, args.torch_deterministic)
     device = runtime.pick_device(args)
     try:
-        return evaluate(path, args, name, device)
-    except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as e:
+        return runtime.evaluate_only(lambda: evaluate(path, args, name, device), args)
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError) as e:
         fail(f"{path} does not hold a ppo_continuous_action.py model for {args.env_id}: {runtime.first_line(e)}")
 
 
@@ -354,7 +355,12 @@ if __name__ == "__main__":
               f"over {len(episodic_returns)} episodes of {args.env_id}")
         raise SystemExit(0)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    check_env(args.env_id)
+    probe = check_env(args.env_id)
+    # the storage below, per step of each env: the observation, the action, 7 float32 and a bool on the device, 3
+    # float32 and a bool staged on the host, an int64 minibatch index
+    runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", batch_size * (
+        4 * int(np.prod(probe.observation_space.shape)) + 4 * int(np.prod(probe.action_space.shape)) + 50),
+        "a rollout storage", cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 

@@ -5,25 +5,30 @@ flags, 2. start-up, 3. checkpoints (docs/saving-resuming.md), 4. `Run`, the hand
 
 import contextlib
 import cProfile
+import errno
+import fcntl
 import glob
+import hashlib
 import io
 import itertools
 import json
 import math
 import os
-import pickle
+import pickle  # only for its exception class: nothing here unpickles
 import random
 import re
 import shutil
 import signal
 import sys
+import tempfile
+import threading
 import time
 import zipfile
+import zlib
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Callable, NamedTuple, NoReturn, Optional
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
@@ -55,6 +60,8 @@ class RunArgs:
     """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
     eval_episodes: int = 10
     """number of episodes of the evaluation that follows --save-model"""
+    eval_max_seconds: float = 1800.0
+    """stop an evaluation that takes longer than this many seconds (it then gives no result)"""
     checkpoint_frequency: int = 0
     """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
     resume: Optional[str] = None
@@ -79,15 +86,16 @@ class RunArgs:
 
 # Flags that leave a run's course unchanged, so a resumed run may give them anew. --compile and --amp change
 # speed (and float rounding) only; --cudagraphs is not among them: a resumed optimizer keeps its capturable setting.
-ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "progress_interval", "eval_episodes", "cuda",
-                     "track", "wandb_project_name", "wandb_entity", "compile", "amp", "torch_threads")
+ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "progress_interval", "eval_episodes",
+                     "eval_max_seconds", "cuda", "track", "wandb_project_name", "wandb_entity", "compile", "amp",
+                     "torch_threads")
 
 
 # The ranges of the flags the scripts share by name, checked for every script before anything is written: "[" and
 # "]" include an end, "(" and ")" exclude it. Every float flag must also be finite (tyro reads "nan" and "inf").
 FLAG_RANGES = {
-    **dict.fromkeys(("learning_rate", "q_lr", "policy_lr", "clip_coef", "max_grad_norm", "progress_interval"),
-                    "(0, inf)"),
+    **dict.fromkeys(("learning_rate", "q_lr", "policy_lr", "clip_coef", "max_grad_norm", "progress_interval",
+                     "eval_max_seconds"), "(0, inf)"),
     "target_kl": "[0, inf)",  # 0: stop an update's epochs at the first minibatch whose KL is above 0
     **dict.fromkeys(("gamma", "gae_lambda", "start_e", "end_e", "exploration_fraction"), "[0, 1]"),
     "tau": "(0, 1]",
@@ -118,6 +126,42 @@ def say(message: str) -> None:
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
 
+class PipeSafe:
+    """stdout or stderr, made safe to write after its reader went away (`... | head`, a closed log pipe): the first
+    BrokenPipeError points the file descriptor at /dev/null, so the run goes on (and a SIGTERM still checkpoints)
+    instead of ending in a traceback, and Python's flush at exit finds nothing to complain about."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self.silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self.silence()
+
+    def silence(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+def protect_output() -> None:
+    """sys.stdout and sys.stderr as PipeSafe streams (once)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, PipeSafe):
+            setattr(sys, name, PipeSafe(stream))
+
 def script_name(args_cls) -> str:
     """The file name of the script that defines args_cls (the name its checkpoints carry)."""
     return os.path.basename(sys.modules[args_cls.__module__].__file__)
@@ -126,14 +170,17 @@ def parse_args(args_cls, rank: int = 0, resume_later: bool = False) -> tuple:
     """(args, checkpoint or None); with --resume the checkpoint's flags, the given ones on top. All torchrun ranks
     parse alike; only rank 0 says why (exit 1; exit 0, no restart, if `auto` finds a run done). `resume_later`: the
     command line only; broadcast_resume() resolves --resume once the process group has formed."""
+    protect_output()
     if rank != 0:
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 return parse_args(args_cls, resume_later=resume_later)
         except SystemExit as e:
             raise SystemExit(0 if e.code in (0, None) else 1) from None
+    check_flags_given_once(sys.argv[1:])
     args = tyro.cli(args_cls)
     check_flag_ranges(args)
+    check_run_flags(args)
     if args.eval_only is not None or resume_later:
         return args, None
     return resolve_resume(args_cls, args)
@@ -170,6 +217,36 @@ def broadcast_resume(args_cls, args, rank: int) -> tuple:
         code = outcome[0][1].code
         raise SystemExit(code if rank == 0 else 0 if code in (0, None) else 1)
     return outcome[0]
+
+def check_flags_given_once(argv: list[str]) -> None:
+    """A flag given twice (`--seed 1 --seed 2`, or `--track --no-track`) fails: the parser would silently take the
+    last one, and a command line that says two things is a mistake (often an edited, rerun command)."""
+    seen: dict[str, str] = {}
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("--") or len(token) == 2:
+            continue
+        spelled = token.split("=", 1)[0]
+        name = spelled[2:].replace("_", "-")
+        name = name[3:] if name.startswith("no-") else name
+        if name in seen:
+            fail(f"{spelled} is given twice; give each flag once" if seen[name] == spelled else
+                 f"{seen[name]} and {spelled} are both given; give one of them")
+        seen[name] = spelled
+
+def check_run_flags(args) -> None:
+    """The run flags that must agree with each other and with the machine, checked before anything is written."""
+    name = args.exp_name
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        fail(f"--exp-name {name!r} must be a plain name (no '/'): it names a directory under runs/")
+    if args.eval_only is not None and args.resume is not None:
+        fail("--eval-only evaluates a saved model and --resume continues a run's training; give one of them")
+    if args.capture_video:
+        try:
+            import moviepy  # noqa: F401 (gymnasium's video writer imports it only once the first video is saved)
+        except ImportError:
+            fail("--capture-video writes mp4 files with moviepy, which is not installed: pip install moviepy")
 
 def check_flag_ranges(args) -> None:
     """Every flag named in FLAG_RANGES within its range, every float flag finite; else fail naming the flag."""
@@ -328,10 +405,85 @@ def claim_run_directory(prefix: str) -> tuple[str, str]:
         except OSError as e:
             fail(f"cannot create the run directory runs/{name}: {e.strerror or e}")
 
+def lock_run_directory(run_dir: str) -> int:
+    """Hold the run directory for this process: an exclusive flock on run_dir/.lock, which the kernel drops when the
+    process ends, however it ends (kill -9 included), so a stale lock never blocks a resume. A second process (two
+    resumes of one run) fails in one line naming the holder's pid. Returns the open descriptor, kept for the run."""
+    path = os.path.join(run_dir, ".lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        fail(f"cannot write in the run directory {run_dir}: {describe_os_error(e)}")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode("ascii", "replace").strip()
+        os.close(fd)
+        fail(f"{run_dir} is in use by another process (pid {holder or 'unknown'}): a run directory takes one process "
+             "at a time")
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        with tempfile.TemporaryFile(dir=run_dir):  # the lock file may be older than a permission change
+            pass
+    except OSError as e:
+        os.close(fd)
+        fail(f"cannot write in the run directory {run_dir}: {describe_os_error(e)}")
+    return fd
+
+HELD_DIRECTORIES: dict[str, int] = {}  # the run directories this process holds: real path -> lock descriptor
+
+def hold_run_directory(run_dir: str) -> int:
+    """lock_run_directory, once per directory and process: --resume takes the lock before it reads the checkpoint
+    (so it never continues from one that another process is about to replace), and start() keeps it."""
+    key = os.path.realpath(run_dir)
+    if key not in HELD_DIRECTORIES:
+        HELD_DIRECTORIES[key] = lock_run_directory(run_dir)
+    return HELD_DIRECTORIES[key]
+
+class LogWriter(SummaryWriter):
+    """TensorBoard's SummaryWriter, but a failed write (a full disk, a directory that went away) ends the run in one
+    `error:` line that says why, instead of a traceback from its writer thread and then from the training loop. The
+    events already written stay; the last checkpoint is kept, so the run can be resumed once there is room."""
+
+    def __init__(self, log_dir: str, **kwargs):
+        self.where = log_dir
+        with self.failing():
+            super().__init__(log_dir, **kwargs)
+
+    @contextlib.contextmanager
+    def failing(self):
+        try:
+            yield
+        except OSError as e:
+            fail(f"cannot write the TensorBoard log in {self.where}: {describe_os_error(e)}")
+
+    def add_scalar(self, *args, **kwargs):
+        with self.failing():
+            super().add_scalar(*args, **kwargs)
+
+    def add_text(self, *args, **kwargs):
+        with self.failing():
+            super().add_text(*args, **kwargs)
+
+    def flush(self):
+        with self.failing():
+            super().flush()
+
+    def close(self):
+        with self.failing():
+            super().close()
+
+def quiet_log_threads(hook_args) -> None:
+    """threading.excepthook: a TensorBoard writer thread's OSError is reported by LogWriter, in one line."""
+    if not (type(hook_args.thread).__name__ == "_AsyncWriterThread" and isinstance(hook_args.exc_value, OSError)):
+        threading.__excepthook__(hook_args)
+
 def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_iteration: int, rank: int = 0,
           local_rank: int = 0) -> "Run":
-    """Open the run: directory and TensorBoard log (a resumed run continues its own, where its checkpoint is), W&B,
-    seeds, device. Only rank 0 creates a directory (the name of another torchrun rank's run is never written)."""
+    """Open the run: directory (held by this process alone) and TensorBoard log (a resumed run continues its own,
+    where its checkpoint is), W&B, seeds, device. Only rank 0 creates a directory (the name of another torchrun rank's
+    run is never written); a fresh directory that cannot be set up is removed again."""
     writer = None
     if checkpoint is not None:
         name, run_dir = checkpoint["run_name"], os.path.dirname(checkpoint["loaded_from"]) or "."
@@ -340,18 +492,25 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
         name, note = claim_run_directory(run_prefix(args)) if rank == 0 else (f"{run_prefix(args)}rank{rank}", "")
         run_dir = os.path.join("runs", name)
     if rank == 0:
-        say(f"run directory: {run_dir}{note}")
-        if args.track:
-            import wandb
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                       config=vars(args), name=name, save_code=True, id=wandb_run_id(),
-                       resume="allow" if wandb_run_id() else None)
-        # resumed: purge_step drops what was logged after the last checkpoint; with --track, a new W&B run (same name)
-        # unless the run has a W&B id of its own (an AWS Batch job: every attempt continues one W&B run)
-        writer = SummaryWriter(run_dir, purge_step=None if checkpoint is None else checkpoint["global_step"] + 1)
-        if checkpoint is None:
-            writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
-                f"|{key}|{value}|" for key, value in vars(args).items()))
+        try:
+            hold_run_directory(run_dir)
+            threading.excepthook = quiet_log_threads
+            say(f"run directory: {run_dir}{note}")
+            if args.track:
+                import wandb
+                wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                           config=vars(args), name=name, save_code=True, id=wandb_run_id(),
+                           resume="allow" if wandb_run_id() else None)
+            # resumed: purge_step drops what was logged after the last checkpoint; with --track, a new W&B run (same
+            # name) unless the run has a W&B id of its own (an AWS Batch job: every attempt continues one W&B run)
+            writer = LogWriter(run_dir, purge_step=None if checkpoint is None else checkpoint["global_step"] + 1)
+            if checkpoint is None:
+                writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
+                    f"|{key}|{value}|" for key, value in vars(args).items()))
+        except BaseException:
+            if checkpoint is None:  # nothing half-made is left: the fresh directory goes again
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
     seed_everything(args.seed, args.torch_deterministic)
     return Run(args, script_name(type(args)), name, run_dir, writer, pick_device(args, local_rank), checkpoint,
                num_iterations, steps_per_iteration, rank)
@@ -366,35 +525,101 @@ def wandb_run_id() -> Optional[str]:
 
 
 # 3. Checkpoints. One dict written by torch.save that loads with torch.load(weights_only=True): the run's entries
-# (script, args, run_name, iteration, global_step, finished, rng, envs, next_obs) and the script's own state.
+# (script, args, run_name, iteration, global_step, finished, rng, envs, next_obs) and the script's own state. Nothing
+# in a checkpoint or a model file is a pickled Python object: torch's weights-only reader rebuilds tensors, numbers,
+# strings, bytes, lists, tuples and dicts, and refuses anything else (a class, a function), so loading one runs no code.
 def checkpoint_path_of(path: str) -> str:
-    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line."""
-    path = os.path.join(path, "checkpoint.pt") if os.path.isdir(path) else path
-    if not os.path.isfile(path):
-        fail(f"no checkpoint at {path}")
-    return path
+    """A checkpoint file, or a run directory's checkpoint.pt; a missing one fails in one line, and so does a path that
+    cannot be looked into (a directory without the permission to read it), saying why."""
+    candidate = os.path.join(path, "checkpoint.pt") if os.path.isdir(path) else path
+    try:
+        os.stat(candidate)
+    except (FileNotFoundError, NotADirectoryError):
+        fail(f"no checkpoint at {candidate}")
+    except OSError as e:
+        fail(f"cannot read {candidate}: {describe_os_error(e)}")
+    if not os.path.isfile(candidate):
+        fail(f"no checkpoint at {candidate}")
+    return candidate
 
 def first_line(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
+def describe_os_error(e: OSError) -> str:
+    """An OSError in words a user acts on: a full disk, a quota or a file-size limit says so."""
+    words = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+             errno.EFBIG: "the file-size limit (ulimit -f) is reached", errno.EROFS: "the file system is read-only"}
+    reason = e.strerror or first_line(e)
+    return f"{words[e.errno]} ({reason})" if e.errno in words else reason
+
 # the entries every checkpoint holds, besides the script's own
 RUN_ENTRIES = ("script", "args", "run_name", "iteration", "global_step", "finished", "rng", "envs", "next_obs")
 
-def read_torch_file(path: str, what: str):
-    """torch.load(path) on the CPU, weights only; any failure to read (not a torch file, torn, unreadable) fails in
-    one line: the weights-only unpickler raises many exception types on foreign bytes (KeyError on a text file).
-    A torch file (a zip archive) is memory-mapped (private, copy-on-write): a checkpoint's replay memory (7 GB for DQN
-    on Atari) is copied from the page cache into the script's arrays instead of first into memory of its own, so a
-    resume needs it once, not twice. Other bytes are read plainly, so the error names what they are."""
+# Integrity. torch.save writes a zip archive; save_checkpoint then adds one more record to it, the SHA-256 of every
+# other record (its name, size and bytes), which torch.load ignores. A reader recomputes the digest before it reads
+# anything else, so a changed byte anywhere (a tensor, the pickled structure) fails, naming the file.
+CHECKSUM_RECORD = "cleanrl.sha256"
+
+def records_digest(archive: zipfile.ZipFile) -> str:
+    digest = hashlib.sha256()
+    for info in archive.infolist():
+        if info.filename.rsplit("/", 1)[-1] == CHECKSUM_RECORD:
+            continue
+        digest.update(f"{info.filename}\0{info.file_size}\0".encode())
+        with archive.open(info) as record:
+            while chunk := record.read(1 << 22):
+                digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+def add_checksum(path: str) -> None:
+    with zipfile.ZipFile(path, "a") as archive:
+        folder = archive.namelist()[0].split("/")[0]
+        archive.writestr(f"{folder}/{CHECKSUM_RECORD}", records_digest(archive))
+
+def verify_checksum(path: str, what: str, hint: str = "") -> None:
+    """Fail in one line, leaving the file as it is, when the torch file at path does not match its checksum; a file
+    from before checksums (no record) is read with a warning."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        with zipfile.ZipFile(path) as archive:
+            records = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == CHECKSUM_RECORD]
+            if not records:
+                warn(f"{path} has no checksum (an older version wrote it): its contents are not verified")
+                return
+            expected, actual = archive.read(records[-1]).decode("ascii", "replace"), records_digest(archive)
+    except zipfile.BadZipFile as e:  # a record whose CRC-32 fails, a torn archive
+        fail(f"{what} {path} is damaged ({first_line(e)}); the file is left as it is{hint}")
+    except (OSError, EOFError, zlib.error) as e:
+        fail(f"cannot read {what} {path}: {describe_os_error(e) if isinstance(e, OSError) else first_line(e)}")
+    if expected != actual:
+        fail(f"{what} {path} is damaged: its contents do not match the checksum written with them; the file is left "
+             f"as it is{hint}")
+
+def read_torch_file(path: str, what: str, hint: str = ""):
+    """torch.load(path) on the CPU, weights only, after verify_checksum; any failure to read (not a torch file, torn,
+    damaged, unreadable, a pickle of anything but plain data) fails in one line: the weights-only unpickler raises
+    many exception types on foreign bytes (KeyError on a text file). A torch file (a zip archive) is memory-mapped
+    (private, copy-on-write): a checkpoint's replay memory (7 GB for DQN on Atari) is copied from the page cache into
+    the script's arrays instead of first into memory of its own, so a resume needs it once, not twice. Other bytes
+    are read plainly, so the error names what they are. `hint` ends the line of a damaged file."""
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as e:
+        fail(f"cannot read {what} {path}: {describe_os_error(e)}")
+    if is_zip:
+        verify_checksum(path, what, hint)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
+    except pickle.UnpicklingError as e:  # the weights-only reader met a class or a function, and refused it
+        named = re.search(r"GLOBAL [\w.]+", str(e))
+        fail(f"cannot read {what} {path}: it holds Python objects, not only data ("
+             f"{named[0] if named else first_line(e)}); such a file is never loaded")
     except Exception as e:  # noqa: BLE001 - whatever the bytes were, they are not a readable torch file
         fail(f"cannot read {what} {path}: {type(e).__name__}" + (f": {first_line(e)}" if str(e) else ""))
 
-def load_checkpoint(path: str, script: str) -> dict:
+def load_checkpoint(path: str, script: str, hint: str = "") -> dict:
     """Read a checkpoint on the CPU and check that this script wrote it, whole. `loaded_from` (not saved) is its
     path: a resumed run goes on writing in the checkpoint's directory, wherever it is started."""
-    checkpoint = read_torch_file(path, "checkpoint")
+    checkpoint = read_torch_file(path, "checkpoint", hint)
     found = checkpoint.get("script") if isinstance(checkpoint, dict) else None
     if found != script:
         fail(f"{path} is not a checkpoint of {script}" + (f" (it was written by {found})" if found else ""))
@@ -403,28 +628,51 @@ def load_checkpoint(path: str, script: str) -> dict:
         fail(f"{path} is not a whole checkpoint of {script}: it lacks {', '.join(missing or ['args'])}")
     return checkpoint | {"loaded_from": path}
 
+# how a damaged checkpoint is got past: a run keeps one checkpoint, the latest
+DAMAGED_HINT = ("; a run keeps no earlier checkpoint: restore this one from a copy, or start the run again without "
+                "--resume")
+
 def find_resume_checkpoint(args, script: str) -> Optional[dict]:
     """The checkpoint --resume names, or None for a fresh run. `auto` (for automatic restarts of the same command)
-    continues the newest run of this env id, exp name and seed, if any; if it has finished, the process exits 0."""
+    continues the newest run of this env id, exp name and seed, if any; if it has finished, the process exits 0. A
+    run directory that cannot be looked into fails, naming it: `auto` never silently starts over beside a run."""
     if args.resume is None:
         return None
     if args.resume != "auto":
         path = checkpoint_path_of(args.resume)
-        checkpoint = load_checkpoint(path, script)
+        hold_run_directory(os.path.dirname(path) or ".")
+        checkpoint = load_checkpoint(path, script, DAMAGED_HINT)
         if checkpoint["finished"]:
             fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
         return checkpoint
+    prefix = run_prefix(args)
+    try:
+        names = os.listdir("runs")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        fail(f"--resume auto cannot look for the runs of {prefix}* in runs/: {describe_os_error(e)}")
     # only the names start() gives: {prefix}{unix time}, or {prefix}{unix time}-{n} after a clash in one second
     started = {}
-    for path in glob.glob(os.path.join("runs", glob.escape(run_prefix(args)) + "*", "checkpoint.pt")):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", os.path.basename(os.path.dirname(path))[len(run_prefix(args)):])
-        if match:
-            started[path] = (int(match[1]), int(match[2] or 1))
+    for name in names:
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", name[len(prefix):]) if name.startswith(prefix) else None
+        if match is None:
+            continue
+        path = os.path.join("runs", name, "checkpoint.pt")
+        try:
+            os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # a run that saved no checkpoint
+        except OSError as e:
+            fail(f"--resume auto cannot look into runs/{name}: {describe_os_error(e)}; make it readable, or move it "
+                 "away to start a new run")
+        started[path] = (int(match[1]), int(match[2] or 1))
     if not started:
         return None
     newest = max(started, key=started.get)
-    checkpoint = load_checkpoint(newest, script)
-    if checkpoint["finished"]:  # a restart after the run ended (say, in the final evaluation) must not train again
+    hold_run_directory(os.path.dirname(newest))
+    checkpoint = load_checkpoint(newest, script, DAMAGED_HINT)
+    if checkpoint["finished"]:  # a restart after the run ended must not train again
         say(f"{os.path.dirname(newest)} has already finished; nothing to resume")
         raise SystemExit(0)
     return checkpoint
@@ -459,37 +707,156 @@ def set_rng_state(state: dict) -> None:
     if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
 
-def vector_layers(envs: gym.vector.VectorEnv) -> list:
-    """The vector wrappers from the outside in, then the vector env itself."""
+# The environments' state as data. A checkpoint holds no pickled Python object, so loading one runs no code: the state
+# of a vector env is read off its objects' attributes as plain values (numbers, strings, arrays as bytes, generator
+# states as JSON) and written back, attribute by attribute, into envs built by the same code. Only the objects gymnasium
+# builds (envs, wrappers, vector envs, spaces) are entered; what a constructor makes (functions, closures, specs, enums,
+# renderers) is never saved and stays as built. Every value is tagged: ("array", dtype, shape, bytes), ("list", items),
+# ("object", class name, {attribute: value}), ...; a plain str, int, float, bool or None stands for itself.
+STATE_OBJECTS = (gym.Env, gym.vector.VectorEnv, gym.Space)
+ARRAY_KINDS = "biufc"  # bool, int, unsigned, float, complex: arrays of numbers only (never object arrays)
+BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+SKIP, MISSING = object(), object()
+
+class EnvStateError(ValueError):
+    """A saved environment state that does not describe these environments (or is malformed)."""
+
+def class_name(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+def encode_state(value, seen: set):
+    """`value` as tagged plain data, or SKIP where it holds something that is not data (a function, say)."""
+    kind = type(value)
+    if value is None or kind in (bool, float, str):
+        return value
+    if kind is int:
+        return value if -2**63 <= value < 2**63 else ("int", str(value))
+    if isinstance(value, np.generic) and value.dtype.kind in ARRAY_KINDS:
+        return ("scalar", value.dtype.str, value.tobytes())
+    if kind is np.ndarray and value.dtype.kind in ARRAY_KINDS:
+        return ("array", value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes())
+    if kind is np.random.Generator:
+        return ("generator", json.dumps(value.bit_generator.state))
+    if kind in (list, tuple, deque, dict):
+        pairs = value.items() if kind is dict else enumerate(value)
+        items = [(encode_state(k, seen), encode_state(v, seen)) for k, v in pairs]
+        if any(k is SKIP or v is SKIP for k, v in items):
+            return SKIP
+        if kind is dict:
+            return ("dict", [list(item) for item in items])
+        values = [v for _, v in items]
+        return ("deque", value.maxlen, values) if kind is deque else (kind.__name__, values)
+    if isinstance(value, STATE_OBJECTS) and hasattr(value, "__dict__"):
+        if id(value) in seen:  # an object met before (a space shared by two layers) is restored where first met
+            return ("seen",)
+        seen.add(id(value))
+        attributes = {name: encode_state(attr, seen) for name, attr in vars(value).items()}
+        return ("object", class_name(value), {k: v for k, v in attributes.items() if v is not SKIP})
+    return SKIP
+
+def array_dtype(dtype: str) -> np.dtype:
+    if type(dtype) is not str or np.dtype(dtype).kind not in ARRAY_KINDS:
+        raise EnvStateError(f"an array of dtype {dtype!r}")
+    return np.dtype(dtype)
+
+def restore_state(current, saved, where: str = "envs", depth: int = 0):
+    """The value `saved` (encode_state's) describes; an object is written into `current`, its counterpart in the
+    freshly built envs, which must be of the same class. Raises EnvStateError when they do not match."""
+    if depth > 64:
+        raise EnvStateError(f"{where} is nested too deeply")
+    if saved is None or type(saved) in (bool, int, float, str):
+        return saved
+    if type(saved) is not tuple or not saved or type(saved[0]) is not str:
+        raise EnvStateError(f"{where} holds a {type(saved).__name__}, not a saved value")
+    tag, body = saved[0], saved[1:]
+    try:
+        if tag == "int":
+            return int(body[0][:100])
+        if tag == "scalar":
+            dtype = array_dtype(body[0])
+            if len(body[1]) != dtype.itemsize:
+                raise EnvStateError(f"{where}: {len(body[1])} bytes for one {dtype}")
+            return np.frombuffer(body[1], dtype)[0]
+        if tag == "array":
+            dtype, shape = array_dtype(body[0]), tuple(int(n) for n in body[1])
+            if len(body[2]) != dtype.itemsize * math.prod(shape):
+                raise EnvStateError(f"{where}: {len(body[2])} bytes for a {dtype} array of shape {shape}")
+            return np.frombuffer(body[2], dtype).reshape(shape).copy()
+        if tag == "generator":
+            state = json.loads(body[0])
+            if state.get("bit_generator") not in BIT_GENERATORS:
+                raise EnvStateError(f"{where}: unknown bit generator {state.get('bit_generator')!r}")
+            generator = np.random.Generator(getattr(np.random, state["bit_generator"])())
+            generator.bit_generator.state = state
+            return generator
+        if tag in ("list", "tuple", "deque"):
+            items = body[-1]
+            if type(items) is not list:
+                raise EnvStateError(f"{where}: a {tag} without a list of items")
+            same = type(current).__name__ == tag and len(current) == len(items)
+            values = [restore_state(current[i] if same else MISSING, item, f"{where}[{i}]", depth + 1)
+                      for i, item in enumerate(items)]
+            if tag == "deque":
+                return deque(values, maxlen=None if body[0] is None else int(body[0]))
+            return values if tag == "list" else tuple(values)
+        if tag == "dict":
+            restored = {}
+            for key, value in body[0]:
+                key = restore_state(MISSING, key, f"{where} key", depth + 1)
+                inner = current.get(key, MISSING) if type(current) is dict else MISSING
+                restored[key] = restore_state(inner, value, f"{where}[{key!r}]", depth + 1)
+            return restored
+        if tag == "seen":
+            if current is MISSING:
+                raise EnvStateError(f"{where} has no counterpart in these environments")
+            return current
+        if tag == "object":
+            name, attributes = body
+            if current is MISSING or class_name(current) != name:
+                found = "nothing" if current is MISSING else class_name(current)
+                raise EnvStateError(f"{where} was a {name}; these environments have {found} there")
+            for attr, value in attributes.items():
+                vars(current)[attr] = restore_state(vars(current).get(attr, MISSING), value, f"{where}.{attr}",
+                                                    depth + 1)
+            return current
+    except EnvStateError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as e:
+        raise EnvStateError(f"{where}: a malformed {tag!r} entry ({type(e).__name__}: {first_line(e)})") from None
+    raise EnvStateError(f"{where}: unknown entry {tag!r}")
+
+def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[tuple], str]:
+    """The vector env's state as data (encode_state), or (None, why not): for a SyncVectorEnv of pure-Python envs,
+    every layer's attributes (sub-envs, wrappers, generators, elapsed steps, statistics). Envs whose state lives
+    outside Python (MuJoCo, Box2D and Atari: gymnasium's EzPickle envs) would come back freshly reset, so they are
+    refused."""
     layers = [envs]
     while isinstance(layers[-1], gym.vector.VectorWrapper):
         layers.append(layers[-1].env)
-    return layers
-
-def env_state(envs: gym.vector.VectorEnv) -> tuple[Optional[bytes], str]:
-    """The vector env's whole state as one pickle, or (None, why not): for a SyncVectorEnv of pure-Python envs, every
-    layer's attributes but the env factories (sub-envs, wrappers, RNGs, elapsed steps, statistics). Envs that pickle
-    by re-construction (EzPickle: MuJoCo, Box2D, Atari) would come back freshly reset, so they are refused."""
-    layers = vector_layers(envs)
     if not isinstance(layers[-1], gym.vector.SyncVectorEnv):
         return None, f"{type(layers[-1]).__name__} is not a SyncVectorEnv"
     for sub_env in layers[-1].envs:
         if isinstance(sub_env.unwrapped, gym.utils.EzPickle):
-            return None, f"{type(sub_env.unwrapped).__name__} pickles by re-construction, which loses its state"
-    try:  # cloudpickle also pickles the closures some wrappers hold (ClipReward's); the result loads with pickle
-        state = [{k: v for k, v in vars(layer).items() if k not in ("env", "env_fns")} for layer in layers]
-        return cloudpickle.dumps(state), ""
-    except (pickle.PicklingError, AttributeError, TypeError) as e:
-        return None, f"pickling failed: {e}"
+            return None, f"{type(sub_env.unwrapped).__name__} keeps its state outside Python, where it cannot be saved"
+        wrapper = sub_env
+        while isinstance(wrapper, gym.Wrapper):
+            if isinstance(wrapper, gym.wrappers.RecordVideo):
+                return None, "the video recorder (--capture-video) holds the frames of the episode under way"
+            wrapper = wrapper.env
+    return encode_state(envs, set()), ""
 
-def load_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
-    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs)."""
-    layers = vector_layers(envs)
-    if isinstance(layers[-1], gym.vector.SyncVectorEnv):
-        for sub_env in layers[-1].envs:
-            sub_env.close()
-    for layer, saved in zip(layers, pickle.loads(state), strict=True):
-        vars(layer).update(saved)
+def load_env_state(envs: gym.vector.VectorEnv, state, path: str) -> bool:
+    """Put a saved env_state into envs built by the same code (same wrappers, same number of envs); False, with a
+    note, for a state an older version saved as a pickle, which is never loaded (loading a pickle can run code)."""
+    if isinstance(state, (bytes, bytearray)):
+        say(f"note: {path} holds its environments' state as a pickle (an older version wrote it), which is never "
+            "loaded: the episodes in progress restart")
+        return False
+    try:
+        restore_state(envs, state)
+    except EnvStateError as e:
+        fail(f"cannot restore the environments' state from {path}: {e}")
+    return True
 
 def state_of(obj):
     """A checkpoint entry for a stateful object: a state_dict, a tensor (a learned scalar such as SAC's log alpha),
@@ -507,24 +874,50 @@ def load_state_of(obj, state) -> None:
     else:
         obj.load_state_dict(state)
 
+class FailedWrites:
+    """A binary file that remembers why its first failed write failed: torch.save reports one as a RuntimeError
+    ("unexpected pos ..."), which says nothing of a full disk."""
+
+    def __init__(self, file):
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
 def save_checkpoint(checkpoint, path: str) -> None:
-    """Atomic: write path.tmp.{pid} (no two processes share one), fsync, os.replace over path; a kill leaves the old
-    or the new file, never a torn one. A full disk or an I/O error fails in one line, the old file intact and no
-    .tmp left behind."""
-    tmp = f"{path}.tmp.{os.getpid()}"
+    """Atomic and sealed: write path.tmp.{pid} (no two processes share one), add its checksum record, fsync, os.replace
+    over path; a kill leaves the old or the new file, never a torn one. A failed write (a full disk, a quota, an I/O
+    error) fails in one line that says why, the old file intact and no .tmp left behind."""
+    tmp, sink = f"{path}.tmp.{os.getpid()}", None
     try:
         with open(tmp, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
+            sink = FailedWrites(f)
+            torch.save(checkpoint, sink)
+        add_checksum(tmp)
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        with contextlib.suppress(OSError):  # the rename itself reaches the disk with the directory
+            directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+            os.fsync(directory)
+            os.close(directory)
     except BaseException as e:  # also a kill signal's exception or a bug: never leave the .tmp behind
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        if not isinstance(e, (OSError, RuntimeError)):  # torch.save reports a failed write as a RuntimeError
+        # torch.save reports a failed write as a RuntimeError, zipfile a torn archive as BadZipFile
+        if not isinstance(e, (OSError, RuntimeError, zipfile.BadZipFile)):
             raise
+        cause = sink.error if sink is not None and sink.error is not None else e
         kept = "the previous one is intact" if os.path.exists(path) else "nothing was written"
-        fail(f"cannot save {path}: {first_line(e)}; {kept}")
+        fail(f"cannot save {path}: {describe_os_error(cause) if isinstance(cause, OSError) else first_line(cause)}; "
+             f"{kept}")
 
 def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
     """The first non-finite loss (a host float), parameter of an nn.Module or learned tensor in `modules`, or None.
@@ -548,15 +941,43 @@ class StopSignal:
     def __init__(self):
         self.received: Optional[str] = None
         self.exit_status = 128 + signal.SIGTERM  # also of a rank stopped because another rank got the signal
+        self.interrupting = False  # inside an evaluation: a signal stops it at once (bounded_evaluation)
         signal.signal(signal.SIGINT, self._handle)
         signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame) -> None:
         if self.received is None:
             self.received, self.exit_status = signal.Signals(signum).name, 128 + signum
+            if self.interrupting:
+                raise EvaluationStopped(self.received)
         else:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
+
+class EvaluationStopped(Exception):
+    """An evaluation stopped by a signal (its name) or by --eval-max-seconds (None)."""
+
+    def __init__(self, signal_name: Optional[str]):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+def bounded_evaluation(evaluate: Callable[[], list], seconds: float, stop: StopSignal) -> list:
+    """evaluate(), stopped by SIGINT or SIGTERM as soon as the signal arrives (between two Python instructions, so
+    after the environment step under way) and after `seconds` (SIGALRM): either raises EvaluationStopped."""
+    def out_of_time(signum, frame):
+        raise EvaluationStopped(None)
+
+    previous = signal.signal(signal.SIGALRM, out_of_time)
+    stop.interrupting = True
+    try:
+        if stop.received:
+            raise EvaluationStopped(stop.received)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        return evaluate()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        stop.interrupting = False
 
 class Progress:
     """Steps, SPS and the mean of the last 20 returns on stderr: on a terminal one self-rewriting line (at most 4
@@ -660,9 +1081,9 @@ class Run:
         A resumed run (checkpoints fall between iterations) loads every object in `state`, the envs' state if saved
         (else episodes restart with unused seeds: seed + global step) and, last, the global RNGs."""
         self.envs, self.state = envs, state
-        if self.args.save_model and self.rank == 0 and env_state(envs)[0] is None:
-            say(f"note: the environments' state cannot be saved ({env_state(envs)[1]}); "
-                "a resumed run restarts its episodes")
+        state_now, why = env_state(envs)
+        if self.args.save_model and self.rank == 0 and state_now is None:
+            say(f"note: the environments' state cannot be saved ({why}); a resumed run restarts its episodes")
         checkpoint, step = self.checkpoint, self.global_step
         for key, obj in state.items():
             if checkpoint is not None and key not in checkpoint:
@@ -673,8 +1094,8 @@ class Run:
                     load_state_of(obj, checkpoint[key])
                 except (RuntimeError, ValueError, KeyError, TypeError) as e:
                     fail(f"cannot restore {key!r} from {checkpoint['loaded_from']}: {first_line(e)}")
-        if checkpoint is not None and checkpoint["envs"] is not None:
-            load_env_state(envs, checkpoint["envs"])
+        if (checkpoint is not None and checkpoint["envs"] is not None
+                and load_env_state(envs, checkpoint["envs"], checkpoint["loaded_from"])):
             obs = checkpoint["next_obs"].numpy()
         else:
             obs, _ = envs.reset(seed=seed + step) if seed is not None else envs.reset()
@@ -740,10 +1161,11 @@ class Run:
         fail(f"non-finite {problem} at global step {global_step}{f' ({where})' if where else ''}; "
              f"stopped without saving, {kept}")
 
-    def save(self, iteration: int, global_step: int, next_obs, finished: bool, **extra) -> None:
-        """Write the checkpoint (rank 0): the run's entries, every object in `state`, and `extra` plain values."""
+    def save(self, iteration: int, global_step: int, next_obs, finished: bool, **extra) -> Optional[dict]:
+        """Write the checkpoint (rank 0): the run's entries, every object in `state`, and `extra` plain values.
+        Returns what was written (None on the other ranks)."""
         if self.rank != 0:
-            return
+            return None
         self.check_finite({}, global_step, f"iteration {iteration}")
         checkpoint = {
             "script": self.script, "args": asdict(self.args), "run_name": self.name, "iteration": iteration,
@@ -752,6 +1174,7 @@ class Run:
         } | {key: None if obj is None else state_of(obj) for key, obj in self.state.items()} | extra
         save_checkpoint(checkpoint, self.checkpoint_path)
         self.saved_any = True
+        return checkpoint
 
     def end_of_iteration(self, iteration: int, global_step: int, next_obs, update: Optional[int] = -1,
                          stop: Optional[str] = "", **extra) -> None:
@@ -797,23 +1220,23 @@ class Run:
         raise SystemExit(self.stop.exit_status)
 
     def finish(self, global_step: int, next_obs, model, evaluate: Callable[[], list], **extra) -> None:
-        """After the loop: with --save-model the final checkpoint, the model (state dict or dict of them), its eval."""
+        """After the loop: with --save-model the final checkpoint, the model (state dict or dict of them), its
+        evaluation. The end of a run is a transaction: the checkpoint holds the trained state marked unfinished until
+        the model is written and evaluated, and is marked finished last. A failure or a signal before that leaves a run
+        that --resume (or --resume auto) finishes: its loop has nothing left to do, so it writes the model and
+        evaluates it again."""
         if self.profiler is not None:
             self.dump_profile(global_step)
         self.progress.close()
         self.envs.close()
         if self.args.save_model and self.rank == 0:
-            self.save(self.num_iterations, global_step, next_obs, finished=True, **extra)
+            final = self.save(self.num_iterations, global_step, next_obs, finished=False, **extra)
             save_checkpoint(model.state_dict() if isinstance(model, nn.Module) else
                             {k: m.state_dict() for k, m in model.items()}, self.model_path)
             say(f"model saved to {self.model_path}")
-            if self.args.eval_episodes == 0:
-                say("eval: skipped (--eval-episodes 0)")
-            else:
-                returns = evaluate()
-                for idx, episodic_return in enumerate(returns):
-                    self.writer.add_scalar("eval/episodic_return", episodic_return, idx)
-                say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
+            self.evaluate_at_end(evaluate)
+            self.writer.flush()
+            save_checkpoint(final | {"finished": True}, self.checkpoint_path)
         if self.rank == 0:
             saved = f"; model {self.model_path}, checkpoint {self.checkpoint_path}" if self.args.save_model else ""
             elapsed = f"{time.time() - self.wall_start:.0f} s"
@@ -822,6 +1245,29 @@ class Run:
             say(f"done: {global_step} steps{took}, mean return of the last "
                 f"{len(self.progress.returns)} episodes {self.progress.recent_return()}; logs in {self.dir}{saved}")
         self.close()
+
+    def evaluate_at_end(self, evaluate: Callable[[], list]) -> None:
+        """The final evaluation, logged as eval/episodic_return: bounded by --eval-max-seconds (past it the run ends
+        without an evaluation, with a warning: a retry would run out of time again), stopped at once by SIGINT or
+        SIGTERM (exit 128 + signal; the run stays unfinished, so --resume evaluates it again)."""
+        if self.args.eval_episodes == 0:
+            say("eval: skipped (--eval-episodes 0)")
+            return
+        try:
+            returns = bounded_evaluation(evaluate, self.args.eval_max_seconds, self.stop)
+        except EvaluationStopped as e:
+            if e.signal_name is None:
+                warn(f"the evaluation did not end within --eval-max-seconds {self.args.eval_max_seconds:g}: stopped "
+                     f"without a result (evaluate the model with --eval-only {self.model_path} and fewer "
+                     "--eval-episodes or more --eval-max-seconds)")
+                return
+            say(f"{e.signal_name}: stopped the final evaluation; the model is saved to {self.model_path} and the run "
+                "is not finished: --resume evaluates it again")
+            self.close()
+            raise SystemExit(self.stop.exit_status) from None
+        for idx, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
 
     def close(self) -> None:
         if self.writer is not None:
@@ -860,10 +1306,25 @@ def eval_only(args, model_key: str, make_model: Callable[[dict], nn.Module], eva
         fail(f"{path} does not hold a {script} model for {args.env_id}: {first_line(e)}")
     seed_everything(args.seed, args.torch_deterministic)
     device = pick_device(args)
-    returns = evaluate(model.to(device), args, name, device)
+    returns = evaluate_only(lambda: evaluate(model.to(device), args, name, device), args)
     say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes of "
         f"{args.env_id}")
     raise SystemExit(0)
+
+def evaluate_only(evaluate: Callable[[], list], args) -> list:
+    """evaluate() for --eval-only, bounded as a run's final evaluation is: SIGINT or SIGTERM stops it at once (exit
+    128 + signal, one line), and past --eval-max-seconds it fails in one line."""
+    stop = StopSignal()
+    say(f"evaluating: {args.eval_episodes} episodes of {args.env_id}, for at most {args.eval_max_seconds:g} s "
+        "(--eval-max-seconds)")
+    try:
+        return bounded_evaluation(evaluate, args.eval_max_seconds, stop)
+    except EvaluationStopped as e:
+        if e.signal_name is None:
+            fail(f"the evaluation did not end within --eval-max-seconds {args.eval_max_seconds:g}; ask for fewer "
+                 "--eval-episodes or more --eval-max-seconds")
+        say(f"{e.signal_name}: evaluation stopped")
+        raise SystemExit(stop.exit_status) from None
 
 
 # 6. Speed: --compile and --cudagraphs wrap a script's hot functions; the math stays the same
@@ -896,12 +1357,29 @@ def speed_up(fn: Callable, args) -> Callable:
 
 
 # 7. Storage: replay memories
-def check_memory(flag: str, nbytes: int) -> None:
-    """Fail in one line, before any work starts, when a memory the flags ask for exceeds this machine's RAM."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if nbytes > total:
-        fail(f"{flag} asks for a replay memory of {nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB); this machine has "
-             f"{total:,} bytes ({total / 2**30:,.1f} GiB)")
+def available_memory(cuda: bool = False) -> tuple[int, str]:
+    """(bytes, whose) that a new allocation can take now: with cuda (and a GPU) the free memory of this process's GPU
+    (LOCAL_RANK's); else this machine's available RAM (MemAvailable: free memory and the caches the kernel can give
+    back), or all of its RAM where /proc/meminfo cannot be read."""
+    if cuda and torch.cuda.is_available():
+        index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+        return torch.cuda.mem_get_info(index)[0], f"GPU {index} ({torch.cuda.get_device_name(index)}) has"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "this machine has"
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+
+def check_memory(flags: str, nbytes: int, what: str = "a replay memory", cuda: bool = False) -> None:
+    """Fail in one line, before any work starts, when an allocation the flags size (`what`, `nbytes`) exceeds the
+    memory available to it (available_memory: the GPU's with cuda, where the run uses one)."""
+    have, whose = available_memory(cuda)
+    if nbytes > have:
+        fail(f"{flags} asks for {what} of {nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB); {whose} {have:,} bytes "
+             f"({have / 2**30:,.1f} GiB) available")
 
 class ReplayBufferSamples(NamedTuple):
     observations: torch.Tensor  # (batch, *obs_shape)

@@ -100,6 +100,24 @@ CASES = [
     case("dqn_atari.py", ["--buffer-size", "100000000000"], "--buffer-size 100000000000 asks for a replay memory of"),
     case("sac_continuous_action.py", ["--env-id", "Pendulum-v1", "--buffer-size", "100000000000"],
          "--buffer-size 100000000000 asks for a replay memory of"),
+    # a rollout storage (and PPG's auxiliary buffer) beyond the memory available, named in bytes
+    case("ppo.py", ["--num-steps", "10000000000", "--total-timesteps", "40000000000"],
+         "--num-steps 10000000000 x --num-envs 4 asks for a rollout storage of"),
+    case("ppo_continuous_action.py",
+         ["--num-steps", "10000000000", "--total-timesteps", "10000000000"],
+         "--num-steps 10000000000 x --num-envs 1 asks for a rollout storage of"),
+    case("ppo_atari.py", ["--num-steps", "100000000", "--total-timesteps", "800000000"],
+         "--num-steps 100000000 x --num-envs 8 asks for a rollout storage of"),
+    case("ppo_atari_multigpu.py", ["--num-steps", "100000000", "--total-timesteps", "800000000"],
+         "--num-steps 100000000 x 8 envs a rank asks for a rollout storage of", world="1"),
+    case("ppg_procgen.py", ["--n-iteration", "100000", "--total-timesteps", "1638400000"],
+         "--n-iteration 100000 x --num-envs 64 x --num-steps 256 asks for an auxiliary buffer of"),
+    # run flags that cannot mean what they say
+    case("ppo.py", ["--exp-name", "a/b"], "--exp-name 'a/b' must be a plain name (no '/')"),
+    case("dqn.py", ["--seed", "1", "--seed", "2"], "--seed is given twice; give each flag once"),
+    case("ppo.py", ["--track", "--no-track"], "--track and --no-track are both given; give one of them"),
+    case("sac_continuous_action.py", ["--eval-only", "x", "--resume", "auto"],
+         "--eval-only evaluates a saved model and --resume continues a run's training; give one of them"),
 ]
 
 
@@ -181,8 +199,8 @@ def test_a_run_started_in_the_same_second_as_another_gets_its_own_directory(work
     name = line.split()[2]
     assert name.startswith("runs/CartPole-v1__ppo__1__") and name.endswith("-2"), line
     assert line.endswith(f" ({name[:-2]} is another run started in the same second)")
-    assert sorted(os.listdir(workdir / name)) == ["checkpoint.pt", *[f for f in os.listdir(workdir / name)
-                                                                      if f.startswith("events")], "ppo.cleanrl_model"]
+    assert sorted(os.listdir(workdir / name)) == [".lock", "checkpoint.pt", *[
+        f for f in os.listdir(workdir / name) if f.startswith("events")], "ppo.cleanrl_model"]
     assert all(not os.listdir(path) for path in taken)
 
 

@@ -440,6 +440,48 @@ def test_spot_interruption_resumes_from_s3_and_equals_an_uninterrupted_run(moto,
     assert_same_run(single_run_dir(plain), resumed)
 
 
+def test_a_planted_checkpoint_restored_from_s3_never_runs_code(moto, tmp_path):
+    """Anyone who can write the job's S3 folder can plant a checkpoint that the next attempt restores and resumes
+    (`--resume auto`): it is refused in one line, and its payload (which would create a marker file) never runs."""
+    import pickle
+
+    import torch
+
+    import runtime
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "marker"), "w"))
+
+    bucket = "planted-runs"
+    boto(moto, "s3").create_bucket(Bucket=bucket)
+    run_name = "CartPole-v1__ppo__1__1700000000"
+    checksummed, legacy = tmp_path / "checksummed.pt", tmp_path / "legacy.pt"
+    entries = {"script": "ppo.py", "args": {}, "run_name": run_name, "iteration": 1, "global_step": 128,
+               "finished": False, "rng": {}, "next_obs": torch.zeros(4, 4), "envs": pickle.dumps(Payload())}
+    # an object in an entry, sealed with a valid checksum (anyone can compute one), and an unsealed file
+    runtime.save_checkpoint(entries | {"agent": Payload()}, str(checksummed))
+    torch.save(entries | {"agent": Payload()}, legacy)
+    for planted in (checksummed, legacy):
+        job_id = f"0b5e2f7a-{planted.stem}"  # a job of its own: each attempt uploads what it left
+        key = f"runs/{job_id}/runs/{run_name}/checkpoint.pt"
+        boto(moto, "s3").upload_file(str(planted), bucket, key)
+        work = tmp_path / planted.stem
+        work.mkdir()
+        env = aws_env(moto.endpoint, AWS_BATCH_JOB_ID=job_id, CLEANRL_RUNS_S3=f"s3://{bucket}/runs",
+                      WANDB_MODE="offline", PATH=VENV_PATH)
+        proc = subprocess.run([sys.executable, str(CLOUD / "durable.py"), "--", sys.executable,
+                               str(ROOT / "cleanrl" / "ppo.py"), "--save-model", "--resume", "auto", "--no-progress"],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1, f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        assert "restored 1 files of an earlier attempt" in proc.stderr and "Traceback" not in proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and errors[0].startswith(
+            f"error: cannot read checkpoint runs/{run_name}/checkpoint.pt: it holds Python objects, not only data ("
+        ) and "GLOBAL" in errors[0], proc.stderr[-2000:]
+    assert not (tmp_path / "marker").exists()
+
+
 def test_a_batch_job_id_is_the_w_and_b_run_id(tmp_path, monkeypatch):
     """--track in an AWS Batch job: the W&B run id is the job id, the same in every attempt, so the attempts of a
     retried job continue one W&B run; a node of a multi-node job (`#N`) is its job, an array child its own run."""

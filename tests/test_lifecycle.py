@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+import runtime
 from cleanrl.dqn import Args as DQNArgs
 from cleanrl.ppg_procgen import Args as PPGArgs
 from cleanrl.ppg_procgen import AuxBuffer, RewardNormalizer
@@ -165,6 +166,14 @@ STOPS = {
                             "--e-auxiliary", "1", "--num-minibatches", "2", "--total-timesteps", "100000",
                             "--save-model", "--checkpoint-frequency", "1", "--no-progress"), 32, True),
 }
+
+
+def with_flags(args: tuple, values: dict) -> list:
+    """args with the given flags' values replaced (a flag given twice is refused)."""
+    args = list(args)
+    for flag, value in values.items():
+        args[args.index(flag) + 1] = value
+    return args
 
 
 def kill_then_resume(script: str, folder: Path) -> dict:
@@ -346,7 +355,7 @@ def test_ppg_stopped_inside_its_auxiliary_phase_goes_on_there_and_ends_as_an_uni
     # (about 0.1 s each here) make the phase last about 12 s. The first checkpoint (after iteration 3) is the policy
     # phase's last safe point; iteration 4 and the recording of pi_old take well under a second after it, so a
     # signal sent 2.5 s later falls inside a distillation epoch.
-    command = [*PPG, "--num-aux-rollouts", "1", "--e-auxiliary", "16", "--save-model"]
+    command = [*with_flags(PPG, {"--num-aux-rollouts": "1", "--e-auxiliary": "16"}), "--save-model"]
     (workdir / "a").mkdir(), (workdir / "b").mkdir()
     run_script("ppg_procgen.py", *command, cwd=workdir / "a")
     command += ["--checkpoint-frequency", "3", "--resume", "auto"]
@@ -429,7 +438,7 @@ def test_halfcheetah_sigint_then_resume_restarts_episodes(workdir):
                                      "--update-epochs", "1", "--total-timesteps", "2560", "--save-model",
                                      "--checkpoint-frequency", "1", "--eval-episodes", "1", "--no-progress"],
         workdir, signal.SIGINT)
-    assert NOTE.format(why="HalfCheetahEnv pickles by re-construction, which loses its state") in stdout
+    assert NOTE.format(why="HalfCheetahEnv keeps its state outside Python, where it cannot be saved") in stdout
     checkpoint = load(checkpoint_path)
     assert f"SIGINT: stopped after global step {checkpoint['global_step']}; checkpoint saved" in stdout
     assert checkpoint["envs"] is None and not checkpoint["finished"]
@@ -451,7 +460,7 @@ def test_sac_halfcheetah_sigint_then_resume_restarts_episodes_and_refills_the_me
                "--batch-size", "32", "--buffer-size", "1000", "--save-model", "--checkpoint-frequency", "20",
                "--no-progress"]
     checkpoint_path, stdout = stop_after_first_checkpoint("sac_continuous_action.py", command, workdir, signal.SIGINT)
-    assert NOTE.format(why="HalfCheetahEnv pickles by re-construction, which loses its state") in stdout
+    assert NOTE.format(why="HalfCheetahEnv keeps its state outside Python, where it cannot be saved") in stdout
     first = load(checkpoint_path)
     assert f"SIGINT: stopped after global step {first['global_step']}; checkpoint saved" in stdout
     assert first["envs"] is None and first["updates"] >= 20
@@ -854,17 +863,20 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
                                                                         exact):
     common = {"run_name": "x", "iteration": 8, "global_step": 1024, "finished": False, "envs": None, "rng": {},
               "next_obs": torch.zeros(1)}
-    torch.save({"script": "ppo.py", "args": asdict(PPOArgs()), **common}, workdir / "ppo.pt")
-    torch.save({"script": "ppo.py", "args": asdict(PPOArgs()), **common, "finished": True}, workdir / "finished.pt")
-    torch.save({"script": "dqn.py", "args": asdict(DQNArgs()), **common}, workdir / "dqn.pt")
+    def save(checkpoint: dict, name: str) -> None:  # as the scripts write them: sealed with their checksum
+        runtime.save_checkpoint(checkpoint, str(workdir / name))
+
+    save({"script": "ppo.py", "args": asdict(PPOArgs()), **common}, "ppo.pt")
+    save({"script": "ppo.py", "args": asdict(PPOArgs()), **common, "finished": True}, "finished.pt")
+    save({"script": "dqn.py", "args": asdict(DQNArgs()), **common}, "dqn.pt")
     (workdir / "dqn_run").mkdir()
     shutil.copy(workdir / "dqn.pt", workdir / "dqn_run" / "checkpoint.pt")
-    torch.save({"script": "ppg_procgen.py", "args": asdict(PPGArgs()), **common}, workdir / "ppg.pt")
-    torch.save({"script": "ppo_atari_multigpu.py", "args": asdict(MultiGPUArgs()), **common, "envs": [None, None],
-                "rng": [{}, {}]}, workdir / "two_ranks.pt")
+    save({"script": "ppg_procgen.py", "args": asdict(PPGArgs()), **common}, "ppg.pt")
+    save({"script": "ppo_atari_multigpu.py", "args": asdict(MultiGPUArgs()), **common, "envs": [None, None],
+          "rng": [{}, {}]}, "two_ranks.pt")
     (workdir / "garbage.pt").write_bytes(b"not a checkpoint")
     (workdir / "hello.txt").write_text("hello world\n")
-    torch.save({"script": "ppo.py", "args": asdict(PPOArgs())}, workdir / "partial.pt")
+    save({"script": "ppo.py", "args": asdict(PPOArgs())}, "partial.pt")
     proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, timeout=120)
     if exact:
         assert proc.stderr.strip().splitlines()[-1] == message

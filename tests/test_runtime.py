@@ -90,24 +90,63 @@ def test_run_names_are_one_directory(env_id, prefix):
     assert runtime.run_prefix(EnvArgs(env_id=env_id, exp_name="ppo", seed=3)) == prefix
 
 
-def test_env_state_saves_classic_control_and_refuses_what_pickles_by_reconstruction():
+def test_env_state_is_plain_data_that_restores_classic_control_exactly(workdir):
     envs = runtime.make_envs("CartPole-v1", 2, False, "x")
     envs.reset(seed=1)
-    envs.step(np.array([0, 1]))
+    for _ in range(30):  # past an episode end, so the statistics wrapper holds returns
+        envs.step(np.array([0, 1]))
     state, why = runtime.env_state(envs)
     assert state is not None and why == ""
-    after = [envs.step(np.array([1, 1]))[0] for _ in range(3)]
+    # through a real checkpoint file, read as a resume reads it (weights only: no pickled object could load)
+    save_checkpoint({"envs": state}, "c.pt")
+    loaded = runtime.read_torch_file("c.pt", "checkpoint")["envs"]
+    after = [envs.step(np.array([1, 1])) for _ in range(40)]
     copy = runtime.make_envs("CartPole-v1", 2, False, "x")
     copy.reset(seed=99)
-    runtime.load_env_state(copy, state)
-    assert all((copy.step(np.array([1, 1]))[0] == obs).all() for obs in after)
+    assert runtime.load_env_state(copy, loaded, "c.pt")
+    again = [copy.step(np.array([1, 1])) for _ in range(40)]
+    for (obs, reward, term, trunc, _), (obs2, reward2, term2, trunc2, _) in zip(after, again):
+        assert (obs == obs2).all() and (reward == reward2).all() and (term == term2).all() and (trunc == trunc2).all()
+    assert list(copy.return_queue) == list(envs.return_queue) and len(envs.return_queue) > 0
+    assert (copy.episode_lengths == envs.episode_lengths).all()
+    assert copy.action_space.sample().tolist() == envs.action_space.sample().tolist()  # the generators go on alike
 
     class Rebuilt(gym.Env, gym.utils.EzPickle):
         observation_space, action_space = Box(-1, 1, (1,)), Discrete(2)
 
     sync = gym.vector.SyncVectorEnv([lambda: Rebuilt()])
     state, why = runtime.env_state(sync)
-    assert state is None and "Rebuilt pickles by re-construction" in why
+    assert state is None and "Rebuilt keeps its state outside Python" in why
+
+
+def test_an_env_state_for_other_envs_or_of_foreign_entries_fails_in_one_line(workdir):
+    cartpole = runtime.make_envs("CartPole-v1", 2, False, "x")
+    cartpole.reset(seed=1)
+    state = runtime.env_state(cartpole)[0]
+    acrobot = runtime.make_envs("Acrobot-v1", 2, False, "x")
+    with pytest.raises(SystemExit) as e:
+        runtime.load_env_state(acrobot, state, "c.pt")
+    assert str(e.value).startswith("error: cannot restore the environments' state from c.pt: envs.env.envs[0]")
+    assert "CartPoleEnv" in str(e.value) and "\n" not in str(e.value)
+    # entries that would build something other than plain data are refused, whatever they name
+    for entry in [("object", "os._wrap_close", {}), ("array", "|O", [1], b"12345678"),
+                  ("generator", json.dumps({"bit_generator": "os.system", "state": {}})), ("call", "os.system"),
+                  ["a list is no entry"], ("array", "<f8", [4], b"short")]:
+        crafted = ("object", runtime.class_name(cartpole), {"episode_returns": entry})
+        with pytest.raises(SystemExit, match="error: cannot restore the environments' state from c.pt: "):
+            runtime.load_env_state(cartpole, crafted, "c.pt")
+
+
+def test_an_env_state_saved_as_a_pickle_by_an_older_version_is_never_unpickled(workdir, capsys):
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(workdir / "marker"), "w"))
+
+    import pickle
+    envs = runtime.make_envs("CartPole-v1", 1, False, "x")
+    assert runtime.load_env_state(envs, pickle.dumps(Payload()), "c.pt") is False
+    assert not (workdir / "marker").exists()
+    assert "note: c.pt holds its environments' state as a pickle" in capsys.readouterr().out
 
 
 def test_progress_plain_lines_at_the_interval(capsys, monkeypatch):
