@@ -860,14 +860,29 @@ def load_env_state(envs: gym.vector.VectorEnv, state, path: str) -> bool:
 
 def state_of(obj):
     """A checkpoint entry for a stateful object: a state_dict, a tensor (a learned scalar such as SAC's log alpha),
-    or a numpy Generator's state as JSON text (its 128-bit integers fit no tensor; text loads with weights_only)."""
+    a numpy Generator's state as JSON text (its 128-bit integers fit no tensor; text loads with weights_only), or a
+    torch Generator's state (a byte tensor)."""
     if isinstance(obj, np.random.Generator):
         return json.dumps(obj.bit_generator.state)
+    if isinstance(obj, torch.Generator):
+        return obj.get_state()
     return obj.detach().cpu().clone() if isinstance(obj, torch.Tensor) else obj.state_dict()
 
 def load_state_of(obj, state) -> None:
-    if isinstance(obj, np.random.Generator):
+    """Put a state_of entry back. A generator saved by the other kind (a replay memory sampled on the host by a run
+    now resumed on a GPU, or the reverse) is seeded from the saved state instead: the run goes on, not exactly."""
+    host, saved_on_host = isinstance(obj, np.random.Generator), isinstance(state, str)
+    if isinstance(obj, (np.random.Generator, torch.Generator)) and host != saved_on_host:
+        raw = state.encode() if saved_on_host else state.numpy().tobytes()
+        seed = int.from_bytes(hashlib.sha256(raw).digest()[:8], "little")
+        if host:
+            obj.bit_generator.state = np.random.default_rng(seed).bit_generator.state
+        else:
+            obj.manual_seed(seed)
+    elif isinstance(obj, np.random.Generator):
         obj.bit_generator.state = json.loads(state)
+    elif isinstance(obj, torch.Generator):
+        obj.set_state(state)
     elif isinstance(obj, torch.Tensor):
         with torch.no_grad():
             obj.copy_(state)
@@ -1335,25 +1350,56 @@ def check_speed_args(args) -> None:
     if args.compile and not on_cuda and shutil.which(compiler) is None:
         fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
 
-def speed_up(fn: Callable, args) -> Callable:
-    """fn (returning a tensor or tuple of tensors), or it wrapped for --compile/--cudagraphs: the same math."""
-    if not (args.compile or args.cudagraphs):
-        return fn
-    if args.compile:
-        # compiled random ops (action sampling) draw from torch's generator as eager code does (parity tests rely on it)
-        torch._inductor.config.fallback_random = True
-        wrapped = torch.compile(fn, mode="reduce-overhead" if args.cudagraphs else None)
-    else:
-        wrapped = torch.compile(fn, backend="cudagraphs")
-    if not args.cudagraphs:
-        return wrapped
+def speed_up(fn: Callable, args, compile: bool = True) -> Callable:
+    """fn (returning a tensor or a tuple of tensors) as written, or wrapped: --compile compiles it (torch.compile's
+    default mode: the whole function in as few graphs as torch allows), --cudagraphs records it, compiled or not,
+    into one CUDA graph (CudaGraph) and replays that. The math is the same. On the CPU, compiled random ops draw
+    from torch's generator as eager code does (inductor's fallback_random: the compile parity tests rely on it); on
+    CUDA they are fused into the kernels (other draws, the same distribution). compile=False: only recorded (a
+    loop over thousands of steps, which dynamo would unroll into a graph that takes minutes to compile)."""
+    if args.compile and compile:
+        torch._inductor.config.fallback_random = not (args.cuda and torch.cuda.is_available())
+        fn = torch.compile(fn)
+    return CudaGraph(fn) if args.cudagraphs else fn
 
-    def replay(*inputs):
-        # a CUDA graph reuses its output memory at each replay: mark the step, hand out copies it cannot overwrite
-        torch.compiler.cudagraph_mark_step_begin()
-        out = wrapped(*inputs)
-        return tuple(x.clone() for x in out) if isinstance(out, tuple) else out.clone()
-    return replay
+class CudaGraph:
+    """fn recorded once into a CUDA graph and then replayed: one launch for all it does (forward, backward, gradient
+    clipping, a capturable optimizer's step, a target network's update), with no host work between its kernels.
+    The first `warmup` calls run as they are, on a side stream (they allocate the optimizer's state, let cuDNN and
+    cuBLAS pick kernels, and compile); the next call is recorded, then replayed to do its work. Later calls copy
+    their tensor arguments into the recorded ones (same shapes), replay, and return copies of the recorded outputs,
+    which the next replay overwrites. Arguments that are not tensors (a bool, say) are part of the graph: each value
+    gets one of its own. Each graph has its own memory pool, so the parameter gradients one graph records stay its
+    own when another graph records gradients of the same parameters.
+    What fn does outside CUDA kernels happens once, at recording: it must not read tensor values on the host (a
+    synchronisation fails the recording), and its Python control flow may depend on its non-tensor arguments only."""
+
+    def __init__(self, fn: Callable, warmup: int = 3):
+        self.fn, self.warmup, self.graphs, self.calls = fn, warmup, {}, {}
+        self.side = torch.cuda.Stream()
+
+    def __call__(self, *args):
+        key = tuple((i, arg) for i, arg in enumerate(args) if not isinstance(arg, torch.Tensor))
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if key not in self.graphs and self.calls[key] <= self.warmup:
+            self.side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side):
+                out = self.fn(*args)
+            torch.cuda.current_stream().wait_stream(self.side)
+            return out
+        if key not in self.graphs:
+            inputs = [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args]
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = self.fn(*inputs)
+            self.graphs[key] = graph, inputs, outputs
+        else:
+            graph, inputs, outputs = self.graphs[key]
+            for recorded, arg in zip(inputs, args):
+                if isinstance(arg, torch.Tensor):
+                    recorded.copy_(arg)
+        graph.replay()
+        return tuple(x.clone() for x in outputs) if isinstance(outputs, tuple) else outputs.clone()
 
 
 # 7. Storage: replay memories
@@ -1389,13 +1435,15 @@ class ReplayBufferSamples(NamedTuple):
     terminations: torch.Tensor  # (batch,) float32: 1 only if the successor is terminal; a truncation stores 0
 
 class MemoryState:
-    """state_dict()/load_state_dict() of a replay memory (--save-buffer); the script saves the sampling Generator."""
+    """state_dict()/load_state_dict() of a replay memory (--save-buffer): its arrays (numpy, or tensors on a device)
+    as CPU tensors, so a memory saved in host memory loads into one on a GPU and the reverse; the script saves the
+    sampling Generator."""
 
     def state_dict(self) -> dict:
         state = {}
         for name, value in vars(self).items():
-            if isinstance(value, np.ndarray):
-                state[name] = torch.from_numpy(value)
+            if isinstance(value, (np.ndarray, torch.Tensor)):
+                state[name] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value.cpu()
             elif isinstance(value, (bool, np.bool_, int, np.integer)):
                 state[name] = bool(value) if isinstance(value, (bool, np.bool_)) else int(value)
         return state
@@ -1403,12 +1451,15 @@ class MemoryState:
     def load_state_dict(self, state: dict) -> None:
         for name, value in state.items():
             current = getattr(self, name)
-            if not isinstance(current, np.ndarray):
+            if not isinstance(current, (np.ndarray, torch.Tensor)):
                 setattr(self, name, value)
-            elif tuple(value.shape) != current.shape:
-                fail(f"the checkpoint's replay memory {name} has shape {tuple(value.shape)}, not {current.shape}")
-            else:
+            elif tuple(value.shape) != tuple(current.shape):
+                fail(f"the checkpoint's replay memory {name} has shape {tuple(value.shape)}, not "
+                     f"{tuple(current.shape)}")
+            elif isinstance(current, np.ndarray):
                 current[...] = value.numpy()
+            else:
+                current.copy_(value)
 
 class ReplayBuffer(MemoryState):
     """A ring of the last `buffer_size` transitions (s, a, r, s', terminated), sampled uniformly; s' is the true
@@ -1418,6 +1469,7 @@ class ReplayBuffer(MemoryState):
                  seed: int):
         self.check_fits(buffer_size, observation_space, action_space)
         self.buffer_size, self.device, self.rng = buffer_size, device, np.random.default_rng(seed)
+        self.staging = PinnedStaging(device)  # a sample goes to a GPU without a synchronisation
         self.observations = np.zeros((buffer_size, *observation_space.shape), dtype=observation_space.dtype)
         self.next_observations = np.zeros((buffer_size, *observation_space.shape), dtype=observation_space.dtype)
         self.actions = np.zeros((buffer_size, *action_space.shape), dtype=action_space.dtype)
@@ -1426,11 +1478,15 @@ class ReplayBuffer(MemoryState):
         self.pos, self.full = 0, False  # the next slot to write; whether the ring has wrapped (every slot holds one)
 
     @staticmethod
-    def check_fits(buffer_size: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+    def nbytes_of(buffer_size: int, observation_space: gym.Space, action_space: gym.Space) -> int:
         def size(space):
             return int(np.prod(space.shape)) * np.dtype(space.dtype).itemsize
-        check_memory(f"--buffer-size {buffer_size}",
-                     buffer_size * (2 * size(observation_space) + size(action_space) + 8))
+        return buffer_size * (2 * size(observation_space) + size(action_space) + 8)
+
+    @staticmethod
+    def check_fits(buffer_size: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+        check_memory(f"--buffer-size {buffer_size}", ReplayBuffer.nbytes_of(buffer_size, observation_space,
+                                                                            action_space))
 
     def __len__(self) -> int:
         return self.buffer_size if self.full else self.pos
@@ -1451,8 +1507,99 @@ class ReplayBuffer(MemoryState):
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """`batch_size` transitions drawn uniformly with replacement, as tensors on the buffer's device."""
         idx = self.rng.integers(0, len(self), size=batch_size)
-        arrays = (self.observations, self.actions, self.next_observations, self.rewards, self.terminations)
-        return ReplayBufferSamples(*(torch.as_tensor(a[idx], device=self.device) for a in arrays))
+        names = ("observations", "actions", "next_observations", "rewards", "terminations")
+        return ReplayBufferSamples(*(self.staging.to_device(name, getattr(self, name)[idx]) for name in names))
+
+class PinnedStaging:
+    """Host arrays to the device without a synchronisation: each is copied into pinned (page-locked) host memory and
+    sent from there with an asynchronous copy, which the host does not wait for (a copy from ordinary memory waits
+    for the device to finish all it was given). Each named stream of arrays has two pinned buffers used in turn,
+    and one is written again only once its last copy is done (an event): the host waits only when it is two steps
+    ahead of the device."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.buffers, self.turns = device, {}, {}
+
+    def to_device(self, name: str, array: np.ndarray) -> torch.Tensor:
+        if self.device.type != "cuda":  # nothing to send: the array as a tensor (no copy), as torch.as_tensor does
+            return torch.as_tensor(array).to(self.device, non_blocking=True)
+        array = np.ascontiguousarray(array)
+        turn = self.turns[name] = self.turns.get(name, -1) + 1
+        key = (name, turn % 2)
+        if key not in self.buffers or self.buffers[key][0].shape != array.shape:
+            pinned = torch.empty(array.shape, dtype=torch.from_numpy(array[:0]).dtype, pin_memory=True)
+            self.buffers[key] = pinned, torch.cuda.Event()
+        pinned, copied = self.buffers[key]
+        copied.synchronize()
+        pinned.numpy()[...] = array
+        out = pinned.to(self.device, non_blocking=True)
+        copied.record()
+        return out
+
+def host_array(shape: tuple, dtype, device: torch.device) -> np.ndarray:
+    """A zeroed numpy array for values the environments return, to be sent to `device` in one copy: in pinned host
+    memory when that is a GPU (so the copy, with non_blocking=True, does not make the host wait), else ordinary."""
+    return torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype,
+                       pin_memory=device.type == "cuda").numpy()
+
+class DeviceReplayBuffer(MemoryState):
+    """ReplayBuffer's ring, in a GPU's memory and sampled there: a sample is a few gathers on the device, with no
+    copy from the host. What the environments return (numpy) comes over through PinnedStaging; the indices come from
+    a torch Generator on the device (`rng`, seeded with `seed`). The same transitions, fields and checkpoint entries
+    as ReplayBuffer."""
+
+    def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
+                 seed: int):
+        def ring(shape: tuple, dtype) -> torch.Tensor:
+            return torch.zeros((buffer_size, *shape), dtype=torch.from_numpy(np.zeros(0, dtype)).dtype, device=device)
+
+        self.buffer_size, self.device = buffer_size, device
+        self.observations = ring(observation_space.shape, observation_space.dtype)
+        self.next_observations = ring(observation_space.shape, observation_space.dtype)
+        self.actions = ring(action_space.shape, action_space.dtype)
+        self.rewards, self.terminations = ring((), np.float32), ring((), np.float32)
+        self.pos, self.full = 0, False
+        self.rng = torch.Generator(device).manual_seed(seed)
+        self.staging = PinnedStaging(device)
+
+    def __len__(self) -> int:
+        return self.buffer_size if self.full else self.pos
+
+    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            terminations: np.ndarray) -> None:
+        """Store one step of every env (arrays with a leading num_envs axis), overwriting the oldest when full."""
+        n = len(obs)
+        end = self.pos + n
+        # the slots pos .. pos + n - 1: a slice where they do not wrap (nearly always), else indices
+        slots = slice(self.pos, end) if end <= self.buffer_size else (
+            torch.arange(self.pos, end, device=self.device) % self.buffer_size)
+        actions = np.asarray(actions).reshape((n, *self.actions.shape[1:]))
+        for name, values in (("observations", obs), ("next_observations", next_obs), ("actions", actions),
+                             ("rewards", rewards), ("terminations", terminations)):
+            ring = getattr(self, name)
+            ring[slots] = self.staging.to_device(name, np.asarray(values)).to(ring.dtype)
+        self.full = self.full or end >= self.buffer_size
+        self.pos = end % self.buffer_size
+
+    def sample(self, batch_size: int) -> ReplayBufferSamples:
+        """`batch_size` transitions drawn uniformly with replacement, gathered on the device."""
+        idx = torch.randint(0, len(self), (batch_size,), device=self.device, generator=self.rng)
+        return ReplayBufferSamples(self.observations[idx], self.actions[idx], self.next_observations[idx],
+                                   self.rewards[idx], self.terminations[idx])
+
+def replay_buffer(buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
+                  seed: int):
+    """The replay memory for a run on `device`: on a GPU, in its memory when it takes at most half of what is free
+    there (DeviceReplayBuffer; the rest is left to the networks and the compiled graphs), else in host memory
+    (ReplayBuffer, whose fit was checked before the run started), with a note."""
+    if device.type == "cuda":
+        nbytes = ReplayBuffer.nbytes_of(buffer_size, observation_space, action_space)
+        free = available_memory(cuda=True)[0]
+        if nbytes <= free // 2:
+            return DeviceReplayBuffer(buffer_size, observation_space, action_space, device, seed)
+        say(f"note: the replay memory ({nbytes / 2**30:.1f} GiB) takes more than half of the GPU's free memory "
+            f"({free / 2**30:.1f} GiB): it is kept in host memory and each sample is copied over")
+    return ReplayBuffer(buffer_size, observation_space, action_space, device, seed)
 
 def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     """The successor of every env's last observation under same-step autoreset: where an episode ended
@@ -1485,6 +1632,7 @@ class FrameReplayBuffer(MemoryState):
         self.stack = observation_space.shape[0]
         self.capacity = self.slots(buffer_size, num_envs, self.stack)
         self.num_envs, self.device, self.rng = num_envs, device, np.random.default_rng(seed)
+        self.staging = PinnedStaging(device)  # a sample goes to a GPU without a synchronisation
         self.frames = np.zeros((num_envs, self.capacity, *observation_space.shape[1:]), dtype=observation_space.dtype)
         self.actions = np.zeros((num_envs, self.capacity, *action_space.shape), dtype=action_space.dtype)
         self.rewards, self.terminations = (np.zeros((num_envs, self.capacity), dtype=np.float32) for _ in range(2))
@@ -1561,7 +1709,8 @@ class FrameReplayBuffer(MemoryState):
         window = self.frames[envs[:, None], self._stack_slots(slots, np.arange(-self.stack + 1, 2))]
         arrays = (window[:, :-1], self.actions[envs, slots], window[:, 1:], self.rewards[envs, slots],
                   self.terminations[envs, slots])
-        return ReplayBufferSamples(*(torch.as_tensor(np.ascontiguousarray(a), device=self.device) for a in arrays))
+        names = ("observations", "actions", "next_observations", "rewards", "terminations")
+        return ReplayBufferSamples(*(self.staging.to_device(name, a) for name, a in zip(names, arrays)))
 
 def atari_true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     """true_next_obs for AtariGameStatistics envs: after a lost life next_obs goes on; where a game ended

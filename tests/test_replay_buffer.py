@@ -1,17 +1,20 @@
-"""The flat replay buffer shared from cleanrl/dqn.py: wrap-around, sampling, and true next observations."""
+"""The flat replay buffer shared from cleanrl/dqn.py: wrap-around, sampling, and true next observations; and its
+twin in device memory (runtime.DeviceReplayBuffer, run here on the CPU), which must hold the same transitions."""
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from runtime import ReplayBuffer, true_next_obs
+import runtime
+from runtime import DeviceReplayBuffer, ReplayBuffer, true_next_obs
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 
 
-def filled(buffer_size: int, n_steps: int, n_envs: int = 1, action_space=gym.spaces.Discrete(3)) -> ReplayBuffer:
+def filled(buffer_size: int, n_steps: int, n_envs: int = 1, action_space=gym.spaces.Discrete(3),
+           kind=ReplayBuffer) -> ReplayBuffer:
     """Transition k of env e has obs (k, e), next obs (k + 0.5, e), reward k, action k % 3, terminated k % 2."""
-    rb = ReplayBuffer(buffer_size, OBS_SPACE, action_space, torch.device("cpu"), seed=0)
+    rb = kind(buffer_size, OBS_SPACE, action_space, torch.device("cpu"), seed=0)
     for k in range(n_steps):
         e = np.arange(n_envs, dtype=np.float32)
         obs = np.stack([np.full(n_envs, k, np.float32), e], axis=1)
@@ -83,3 +86,45 @@ def test_true_next_obs_is_the_final_observation_at_truncation():
             assert rb.terminations[4] == 0.0
         obs = next_obs
     envs.close()
+
+
+def test_the_device_memory_holds_the_same_transitions_and_checkpoints_both_ways():
+    for n_steps, n_envs in ((7, 1), (3, 2), (2, 2)):  # wrapped, wrapped across the end in one add, not full
+        host = filled(5, n_steps, n_envs)
+        device = filled(5, n_steps, n_envs, kind=DeviceReplayBuffer)
+        assert (len(device), device.pos, device.full) == (len(host), host.pos, host.full)
+        for name in ("observations", "next_observations", "actions", "rewards", "terminations"):
+            stored = getattr(device, name)
+            assert stored.dtype == torch.from_numpy(getattr(host, name)).dtype, name
+            np.testing.assert_array_equal(stored.numpy(), getattr(host, name), err_msg=name)
+        # a checkpoint of either loads into the other (a run resumed on another kind of device)
+        other = filled(5, 0, kind=DeviceReplayBuffer)
+        other.load_state_dict(host.state_dict())
+        np.testing.assert_array_equal(other.observations.numpy(), host.observations)
+        back = filled(5, 0)
+        back.load_state_dict(device.state_dict())
+        assert (back.pos, back.full) == (host.pos, host.full)
+        np.testing.assert_array_equal(back.rewards, host.rewards)
+
+
+def test_the_device_memory_samples_only_written_slots_from_its_own_generator():
+    rb = filled(buffer_size=10, n_steps=4, kind=DeviceReplayBuffer)
+    data = rb.sample(200)
+    assert set(data.rewards.tolist()) == {0.0, 1.0, 2.0, 3.0}
+    np.testing.assert_array_equal(data.next_observations[:, 0].numpy(), data.observations[:, 0].numpy() + 0.5)
+    # the sampling generator is a checkpoint entry: restored, it draws the same batch again
+    state = runtime.state_of(rb.rng)
+    first = rb.sample(8).rewards
+    runtime.load_state_of(rb.rng, state)
+    assert torch.equal(rb.sample(8).rewards, first)
+
+
+def test_a_sampling_generator_saved_by_the_other_kind_is_seeded_from_it():
+    numpy_state = runtime.state_of(np.random.default_rng(3))
+    a, b = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
+    runtime.load_state_of(a, numpy_state)
+    runtime.load_state_of(b, numpy_state)
+    assert torch.equal(a.get_state(), b.get_state())  # the same saved state, the same seed
+    rng = np.random.default_rng(0)
+    runtime.load_state_of(rng, runtime.state_of(torch.Generator().manual_seed(5)))
+    assert rng.integers(1 << 30) != np.random.default_rng(0).integers(1 << 30)
