@@ -219,7 +219,10 @@ if __name__ == "__main__":
     target_network.load_state_dict(q_network.state_dict())
 
     # storage
-    rb = ReplayBuffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device, args.seed)
+    # on a GPU the memory lives in its memory when it fits, and is sampled there
+    rb = runtime.replay_buffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device,
+                               args.seed)
+    staging = runtime.PinnedStaging(device)  # observations reach the device without a synchronisation
     action_rng = np.random.default_rng(args.seed)
 
     # Epsilon is a function of global_step, so the step is the schedule's whole state. The replay memory goes into
@@ -274,7 +277,7 @@ if __name__ == "__main__":
         epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step - args.num_envs)
         # the greedy actions argmax_a Q(s, a), computed only if some env exploits
         actions = epsilon_greedy(
-            lambda: policy_step(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy(),
+            lambda: policy_step(staging.to_device("obs", obs).float()).cpu().numpy(),
             args.num_envs, n_actions, epsilon, action_rng,
         )
 

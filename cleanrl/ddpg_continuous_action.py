@@ -106,13 +106,14 @@ class Actor(nn.Module):
         return self(x)
 
 
-@torch.compiler.disable
+@torch.compiler.disable(reason="an optimizer step, kept out of dynamo (gradient_step's docstring)")
 def gradient_step(optimizer: optim.Optimizer, loss: torch.Tensor) -> None:
     """One optimizer step on `loss`: zero_grad, backward, step.
 
-    Kept out of --compile's graphs: torch.compile keys Adam.step's compiled code on the function and guards it on
-    the optimizer object, so the second and third optimizers (critic, actor, temperature) would each recompile it.
-    The backward pass of a compiled loss is still the compiled backward graph.
+    --compile leaves it as it is: torch's optimizer breaks the graph around its step on purpose (pytorch#104053),
+    the fused kernel cannot be traced, and dynamo would compile Adam.step again for each optimizer object. The
+    backward pass of a compiled loss is the compiled backward graph all the same, and --cudagraphs records this
+    step with the rest of the update.
     """
     optimizer.zero_grad()
     loss.backward()
@@ -189,7 +190,9 @@ if __name__ == "__main__":
     q_optimizer = optim.Adam(qf1.parameters(), lr=args.q_lr, capturable=args.cudagraphs, fused=True)
     actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs, fused=True)
 
-    rb = runtime.ReplayBuffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
+    # on a GPU the memory lives in its memory when it fits, and is sampled there
+    rb = runtime.replay_buffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
+    staging = runtime.PinnedStaging(device)  # observations reach the device without a synchronisation
 
     # A fresh run resets the envs; a resumed one loads what its checkpoint holds. Checkpoints are taken between loop
     # iterations (one env step of every env, and its gradient step). The memory's sampling Generator is always
@@ -233,10 +236,12 @@ if __name__ == "__main__":
         return qf1_loss.detach(), qf1_a_values.detach().mean()
 
     def update_actor(observations: torch.Tensor) -> torch.Tensor:
-        """One actor step (deterministic policy gradient through Q); returns the loss, detached. The caller freezes
-        the critic's weights around it."""
+        """One actor step (deterministic policy gradient through Q), then the Polyak step of both target networks;
+        returns the actor's loss, detached. The caller freezes the critic's weights around it."""
         actor_loss = -qf1(observations, actor(observations)).mean()
         gradient_step(actor_optimizer, actor_loss)
+        soft_update(target_actor, actor, args.tau)
+        soft_update(qf1_target, qf1, args.tau)
         return actor_loss.detach()
 
     # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written.
@@ -251,7 +256,7 @@ if __name__ == "__main__":
         if global_step <= learning_starts:
             actions = envs.action_space.sample()
         else:
-            actions = policy_step(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
+            actions = policy_step(staging.to_device("obs", obs).float()).cpu().numpy()
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -277,9 +282,6 @@ if __name__ == "__main__":
                 qf1.requires_grad_(False)
                 actor_loss = update_actor(data.observations)
                 qf1.requires_grad_(True)
-
-                soft_update(target_actor, actor, args.tau)
-                soft_update(qf1_target, qf1, args.tau)
                 if run.clock is None:
                     # SPS leaves out everything up to here: the random warm-up and this process's first critic and
                     # actor updates, which hold --compile's compilation; it is logged once the clock has run.

@@ -213,6 +213,7 @@ if __name__ == "__main__":
         args.buffer_size, envs.single_observation_space, envs.single_action_space, args.num_envs, device, args.seed
     )
     print(f"replay memory: {rb.nbytes / 2**30:.2f} GiB for {args.buffer_size} transitions")
+    staging = runtime.PinnedStaging(device)  # frames reach the device without a synchronisation
     action_rng = np.random.default_rng(args.seed)
     exploration_steps = int(args.exploration_fraction * args.total_timesteps)
 
@@ -266,7 +267,7 @@ if __name__ == "__main__":
         epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step - args.num_envs)
         # the greedy actions argmax_a Q(s, a), computed only if some env exploits
         actions = epsilon_greedy(
-            lambda: policy_step(torch.as_tensor(obs, device=device)).cpu().numpy(),
+            lambda: policy_step(staging.to_device("obs", obs)).cpu().numpy(),
             args.num_envs, n_actions, epsilon, action_rng,
         )
 

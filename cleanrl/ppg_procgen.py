@@ -413,9 +413,10 @@ if __name__ == "__main__":
     batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
     num_iterations = num_phases * args.n_iteration
     # the storage below: the rollout (per step of each env a uint8 3x64x64 observation, an int64 action, 4 float32, a
-    # bool, an int64 minibatch index) and, in host memory, the auxiliary buffer (every Procgen game has 15 actions)
+    # bool, 2 float32 and a bool staged on the host, an int64 minibatch index) and, in host memory, the auxiliary
+    # buffer (every Procgen game has 15 actions)
     runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
-                         batch_size * (3 * 64 * 64 + 8 + 16 + 1 + 8), "a rollout storage", cuda=args.cuda)
+                         batch_size * (3 * 64 * 64 + 8 + 16 + 1 + 9 + 8), "a rollout storage", cuda=args.cuda)
     runtime.check_memory(f"--n-iteration {args.n_iteration} x --num-envs {args.num_envs} x --num-steps "
                          f"{args.num_steps}", aux_buffer_bytes(args.n_iteration, args.num_envs, args.num_steps,
                                                                (3, 64, 64), 15), "an auxiliary buffer")
@@ -451,6 +452,12 @@ if __name__ == "__main__":
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
     # valid[t] = 0 marks envpool's reset steps (the step after an episode end): not a transition
     valid = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
+    # above once per rollout. On a GPU they are pinned, so that copy is asynchronous; the rollout's next action copy
+    # waits for it before they are written again. valid_np also tells the host which transitions are real.
+    rewards_np, dones_np = (runtime.host_array((args.num_steps, args.num_envs), np.float32, device) for _ in range(2))
+    valid_np = runtime.host_array((args.num_steps, args.num_envs), np.bool_, device)
+    staging = runtime.PinnedStaging(device)  # frames and indices reach the device without a synchronisation
     aux = AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, obs_shape, n_actions)
 
     # Checkpoints are taken between iterations, and on a signal inside the auxiliary phase (see auxiliary_phase).
@@ -484,7 +491,7 @@ if __name__ == "__main__":
             action = probs.sample()
         return action, probs.log_prob(action), value.float()
 
-    @torch.compiler.disable
+    @torch.compiler.disable(reason="an optimizer step, kept out of dynamo (clipped_step's docstring)")
     def clipped_step() -> None:
         """Clip the global gradient norm of both networks and take one Adam step. Never compiled, even inside a
         compiled update: a compiled Adam step is specialized to which parameters have gradients, and the policy
@@ -656,7 +663,7 @@ if __name__ == "__main__":
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
-            valid[step] = torch.as_tensor(~prev_done, device=device)
+            valid_np[step] = ~prev_done
             action, logprob, value = policy_step(next_obs)
             values[step] = value
             actions[step] = action
@@ -666,13 +673,16 @@ if __name__ == "__main__":
             done = np.logical_or(term, trunc)
             if reward_normalizer is not None:
                 reward = reward_normalizer(reward, done, ~prev_done)
-            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            dones[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
+            rewards_np[step] = reward
+            dones_np[step] = done
             if video is not None:
                 video.add(next_obs_np[0], bool(done[0]))
             prev_done = done
-            next_obs = torch.as_tensor(next_obs_np, device=device)
+            next_obs = staging.to_device("obs", next_obs_np)
             run.log_episodes(infos, global_step)  # charts/episodic_return and charts/episodic_length
+
+        for buffer, staged in ((rewards, rewards_np), (dones, dones_np), (valid, valid_np)):
+            buffer.copy_(torch.from_numpy(staged), non_blocking=True)
 
         # advantages: every episode end counts as terminal (Procgen's time limit leaves no final obs to
         # bootstrap from, see make_envs), so terminations = dones. The reset step that follows an end
@@ -692,26 +702,29 @@ if __name__ == "__main__":
         b_advantages = advantages.reshape(-1)
         b_returns = returns.reshape(-1)
         b_values = values.reshape(-1)
-        b_valid = valid.reshape(-1)
+        b_inds = np.flatnonzero(valid_np.reshape(-1))  # the real transitions, known on the host
+        real_inds = staging.to_device("real", b_inds)
         if args.adv_norm_fullbatch:  # the PPG code normalizes once over the whole batch
-            real = b_advantages[b_valid]
+            real = b_advantages[real_inds]
             b_advantages = (b_advantages - real.mean()) / (real.std() + 1e-8)
 
         # optimize: E_pi epochs of the policy objective, E_V epochs of the value objective; one shared
         # minibatch loop, each network's loss only while its epoch count lasts. Reset steps are dropped,
         # so the minibatches split the real transitions into num_minibatches near-equal parts; each is padded
         # to minibatch_size with a masked-out index, so the update always sees one shape.
-        b_inds = np.nonzero(b_valid.cpu().numpy())[0]
         positions = torch.arange(minibatch_size, device=device)
         clipfracs = []
         pg_loss = v_loss = entropy_loss = old_approx_kl = approx_kl = torch.tensor(float("nan"))
         for epoch in range(max(args.e_policy, args.v_value)):
             train_policy, train_value = epoch < args.e_policy, epoch < args.v_value
             np.random.shuffle(b_inds)
-            for mb_inds in np.array_split(b_inds, args.num_minibatches):
-                mb_mask = positions < len(mb_inds)
-                mb_inds = np.concatenate([mb_inds, np.zeros(minibatch_size - len(mb_inds), dtype=mb_inds.dtype)])
-                mb_inds = torch.as_tensor(mb_inds, device=device)
+            parts = np.array_split(b_inds, args.num_minibatches)
+            padded = np.zeros((args.num_minibatches, minibatch_size), dtype=b_inds.dtype)
+            for k, part in enumerate(parts):
+                padded[k, : len(part)] = part
+            epoch_inds = staging.to_device("minibatches", padded)  # one copy per epoch, a row per minibatch
+            for k, part in enumerate(parts):
+                mb_mask, mb_inds = positions < len(part), epoch_inds[k]
                 out = update(
                     b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], b_advantages[mb_inds],
                     b_returns[mb_inds], b_values[mb_inds], mb_mask, train_policy, train_value,
@@ -725,7 +738,7 @@ if __name__ == "__main__":
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
 
-        y_pred, y_true = b_values[b_valid].cpu().numpy(), b_returns[b_valid].cpu().numpy()
+        y_pred, y_true = b_values[real_inds].cpu().numpy(), b_returns[real_inds].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 

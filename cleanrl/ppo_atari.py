@@ -212,11 +212,15 @@ if __name__ == "__main__":
         runtime.eval_only(args, "agent", lambda _: make_agent(args), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     check_env(args)
-    # the storage below, per step of each env: a uint8 4x84x84 observation, an int64 action, 6 float32 and a bool
+    # the storage below, per step of each env: a uint8 4x84x84 observation, an int64 action, 6 float32 and a bool on
+    # the device, 3 float32 and a bool staged on the host, an int64 minibatch index
     runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
-                         batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 8), "a rollout storage", cuda=args.cuda)
+                         batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 13 + 8), "a rollout storage", cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
+    # On a GPU the dense layers' matmuls run in TF32 (a 10-bit mantissa on tensor cores), as cuDNN's convolutions
+    # already do by default: PPO's gradients are far noisier than that rounding.
+    torch.backends.cuda.matmul.allow_tf32 = True
 
     # env setup
     envs = runtime.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
@@ -240,6 +244,13 @@ if __name__ == "__main__":
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
     final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
     truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
+    # above once per rollout, instead of four small copies at every step. On a GPU they are pinned, so that copy is
+    # asynchronous; the rollout's next action copy waits for it before they are written again.
+    rewards_np, terminations_np, dones_np = (runtime.host_array((args.num_steps, args.num_envs), np.float32, device)
+                                             for _ in range(3))
+    truncated_np = runtime.host_array((args.num_steps, args.num_envs), np.bool_, device)
+    staging = runtime.PinnedStaging(device)  # frames reach the device without a synchronisation
 
     # A fresh run resets the envs. Neither backend's state can be saved (ale-py's vector env is C++, gymnasium's
     # AtariEnv pickles by re-construction), so on resume the games in progress at the checkpoint are dropped (never
@@ -297,8 +308,10 @@ if __name__ == "__main__":
         optimizer.step()
         return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
 
-    # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
+    # --compile / --cudagraphs wrap exactly these functions; without the flags they run as written. GAE is only
+    # recorded as a CUDA graph (one launch for its loop's 2 x num_steps ops), not compiled: dynamo would unroll it.
     policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
+    gae = runtime.speed_up(compute_gae, args, compile=False)
 
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
@@ -316,32 +329,35 @@ if __name__ == "__main__":
 
             # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
             next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            rewards[step] = torch.as_tensor(reward, device=device)
-            terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
-            dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
-            next_obs = torch.as_tensor(next_obs_np, device=device)
+            rewards_np[step] = reward
+            terminations_np[step] = term
+            dones_np[step] = np.logical_or(term, trunc)
+            next_obs = staging.to_device("obs", next_obs_np)
             # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps
             # from the value of the true final observation, which same-step autoreset keeps in
             # info["final_obs"]. A step that both lost a life and hit the limit counts as terminated.
             only_trunc = np.logical_and(trunc, np.logical_not(term))
-            truncated[step] = torch.as_tensor(only_trunc, device=device)
+            truncated_np[step] = only_trunc
             if only_trunc.any():
                 final_obs = np.stack(infos["final_obs"][only_trunc])
+                truncated_envs = torch.as_tensor(np.flatnonzero(only_trunc), device=device)
                 with torch.no_grad():
-                    final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
+                    final_values[step, truncated_envs] = agent.get_value(
                         torch.as_tensor(final_obs, device=device)
                     ).flatten()
 
             run.log_episodes(infos, global_step)  # whole games, real (unclipped) score over all lives
+
+        for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
+                               (truncated, truncated_np)):
+            buffer.copy_(torch.from_numpy(staged), non_blocking=True)
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
             next_values = torch.cat([values[1:], next_value], dim=0)
             next_values = torch.where(truncated, final_values, next_values)
-            advantages, returns = compute_gae(
-                rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda
-            )
+            advantages, returns = gae(rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda)
 
         # flatten the batch: (num_steps * num_envs, ...)
         b_obs = obs.reshape((-1,) + obs_shape)
@@ -351,11 +367,10 @@ if __name__ == "__main__":
         b_returns = returns.reshape(-1)
         b_values = values.reshape(-1)
 
-        # optimize the policy and value network
-        b_inds = np.arange(batch_size)
+        # optimize the policy and value network; the minibatches' indices are drawn on the device
         clipfracs = []
         for epoch in range(args.update_epochs):
-            np.random.shuffle(b_inds)
+            b_inds = torch.randperm(batch_size, device=device)
             for start in range(0, batch_size, minibatch_size):
                 mb_inds = b_inds[start : start + minibatch_size]
 

@@ -330,6 +330,9 @@ if __name__ == "__main__":
         fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
     # one GPU per process, chosen by LOCAL_RANK and made current (else NCCL would use GPU 0 in every process)
     device = runtime.pick_device(args, local_rank)
+    # On a GPU the dense layers' matmuls run in TF32 (a 10-bit mantissa on tensor cores), as cuDNN's convolutions
+    # already do by default: PPO's gradients are far noisier than that rounding.
+    torch.backends.cuda.matmul.allow_tf32 = True
     backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
     if backend == "nccl" and device.type != "cuda":
         fail("--backend nccl needs CUDA; use --backend gloo (the default on CPU)")
@@ -353,9 +356,9 @@ if __name__ == "__main__":
     envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
     check_atari_args(args)
     # this rank's storage, per step of each of its envs: a uint8 4x84x84 observation, an int64 action, 6 float32 and
-    # a bool, an int64 minibatch index
+    # a bool on the device, 3 float32 and a bool staged on the host, an int64 minibatch index
     runtime.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank",
-                         local_batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 8), "a rollout storage", cuda=args.cuda)
+                         local_batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 13 + 8), "a rollout storage", cuda=args.cuda)
     if checkpoint is not None:
         # the checkpoint holds every rank's generators and env states; this rank takes back its own
         if len(checkpoint["rng"]) != world_size:
@@ -397,6 +400,13 @@ if __name__ == "__main__":
     values = torch.zeros((args.num_steps, envs_per_rank), device=device)
     final_values = torch.zeros((args.num_steps, envs_per_rank), device=device)
     truncated = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.bool, device=device)
+    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
+    # above once per rollout, instead of four small copies at every step. On a GPU they are pinned, so that copy is
+    # asynchronous; the rollout's next action copy waits for it before they are written again.
+    rewards_np, terminations_np, dones_np = (runtime.host_array((args.num_steps, envs_per_rank), np.float32, device)
+                                             for _ in range(3))
+    truncated_np = runtime.host_array((args.num_steps, envs_per_rank), np.bool_, device)
+    staging = runtime.PinnedStaging(device)  # frames reach the device without a synchronisation
 
     # A resumed run loads the same weights and optimizer state on every rank, so the replicas are identical again;
     # the games in progress are dropped (no Atari env state can be saved). global_step counts the environment steps
@@ -460,8 +470,11 @@ if __name__ == "__main__":
     # collectives (advantage normalization, gradient all-reduce) stay outside them, eager, between grad_step and
     # optimizer_step: compiled code then never has to trace or capture a collective, and every rank issues the same
     # all-reduces in the same order as in the plain path.
+    # GAE is only recorded as a CUDA graph (one launch for its loop's 2 x num_steps ops), not compiled: dynamo would
+    # unroll the loop.
     policy_step, grad_step = runtime.speed_up(policy_step, args), runtime.speed_up(grad_step, args)
     optimizer_step = runtime.speed_up(optimizer_step, args)
+    gae = runtime.speed_up(compute_gae, args, compile=False)
     # The gradients live in buffers allocated once, here, that backward adds into: with --cudagraphs a gradient
     # handed over by the captured backward would be graph memory, which the next captured call (optimizer_step)
     # may overwrite before it reads it. The values are those of set_to_none gradients (0 + g = g).
@@ -485,19 +498,20 @@ if __name__ == "__main__":
 
             # rewards are sign-clipped and a lost life terminates (see runtime.AtariGameStatistics); the game goes on
             next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            rewards[step] = torch.as_tensor(reward, device=device)
-            terminations[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
-            dones[step] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
-            next_obs = torch.as_tensor(next_obs_np, device=device)
+            rewards_np[step] = reward
+            terminations_np[step] = term
+            dones_np[step] = np.logical_or(term, trunc)
+            next_obs = staging.to_device("obs", next_obs_np)
             # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps
             # from the value of the true final observation, which same-step autoreset keeps in
             # info["final_obs"]. A step that both lost a life and hit the limit counts as terminated.
             only_trunc = np.logical_and(trunc, np.logical_not(term))
-            truncated[step] = torch.as_tensor(only_trunc, device=device)
+            truncated_np[step] = only_trunc
             if only_trunc.any():
                 final_obs = np.stack(infos["final_obs"][only_trunc])
+                truncated_envs = torch.as_tensor(np.flatnonzero(only_trunc), device=device)
                 with torch.no_grad():
-                    final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
+                    final_values[step, truncated_envs] = agent.get_value(
                         torch.as_tensor(final_obs, device=device)
                     ).flatten()
 
@@ -505,6 +519,10 @@ if __name__ == "__main__":
                 # whole games, real (unclipped) score over all lives
                 for i in np.nonzero(infos["_episode"])[0]:
                     episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+
+        for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
+                               (truncated, truncated_np)):
+            buffer.copy_(torch.from_numpy(staged), non_blocking=True)
 
         # the games of all ranks, logged by rank 0 (one collective per rollout, not per step)
         rank_games += len(episodes)
@@ -517,8 +535,7 @@ if __name__ == "__main__":
             next_value = agent.get_value(next_obs).reshape(1, -1)
             next_values = torch.cat([values[1:], next_value], dim=0)
             next_values = torch.where(truncated, final_values, next_values)
-            advantages, returns = compute_gae(rewards, values, next_values, terminations, dones, args.gamma,
-                                              args.gae_lambda)
+            advantages, returns = gae(rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda)
 
         # flatten this rank's share of the batch: (num_steps * envs_per_rank, ...)
         b_obs = obs.reshape((-1,) + obs_shape)
@@ -529,11 +546,11 @@ if __name__ == "__main__":
         b_values = values.reshape(-1)
 
         # optimize the policy and value network: each rank cuts its own share into local minibatches in its own
-        # shuffled order; the ranks' k-th local minibatches together make the k-th global minibatch
-        b_inds = np.arange(local_batch_size)
+        # shuffled order (drawn on its device); the ranks' k-th local minibatches together make the k-th global
+        # minibatch
         clipfracs = []
         for epoch in range(args.update_epochs):
-            np.random.shuffle(b_inds)
+            b_inds = torch.randperm(local_batch_size, device=device)
             for start in range(0, local_batch_size, local_minibatch_size):
                 mb_inds = b_inds[start : start + local_minibatch_size]
 

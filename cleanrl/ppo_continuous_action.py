@@ -388,11 +388,12 @@ if __name__ == "__main__":
     final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
     truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
     # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
-    # above once per rollout: a copy per step and buffer cost more than the whole MuJoCo step.
-    rewards_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    terminations_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    dones_np = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    truncated_np = np.zeros((args.num_steps, args.num_envs), dtype=bool)
+    # above once per rollout: a copy per step and buffer cost more than the whole MuJoCo step. On a GPU they are
+    # pinned, so that copy is asynchronous; the rollout's next action copy waits for it before they are written.
+    rewards_np, terminations_np, dones_np = (runtime.host_array((args.num_steps, args.num_envs), np.float32, device)
+                                             for _ in range(3))
+    truncated_np = runtime.host_array((args.num_steps, args.num_envs), np.bool_, device)
+    staging = runtime.PinnedStaging(device)  # observations reach the device without a synchronisation
 
     # A resumed run loads the environments' state where it was saved (classic control: the whole wrapper stack,
     # statistics and the return being accumulated included); else (MuJoCo) episodes restart, the statistics
@@ -448,8 +449,10 @@ if __name__ == "__main__":
         optimizer.step()
         return pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac
 
-    # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
+    # --compile / --cudagraphs wrap exactly these functions; without the flags they run as written. GAE is only
+    # recorded as a CUDA graph (one launch for its loop's 2 x num_steps ops), not compiled: dynamo would unroll it.
     policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
+    gae = runtime.speed_up(compute_gae, args, compile=False)
 
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
@@ -470,7 +473,7 @@ if __name__ == "__main__":
             rewards_np[step] = reward  # float64 -> float32, rounded as torch.as_tensor(..., dtype=float32) would
             terminations_np[step] = term
             dones_np[step] = np.logical_or(term, trunc)
-            next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+            next_obs = staging.to_device("obs", next_obs_np).float()
             # A truncated (time-limit) episode did not end in a terminal state: its last transition
             # bootstraps from the value of the true final observation, which same-step autoreset keeps
             # in info["final_obs"]. Our NormalizeObservation wrapper has already normalized and clipped
@@ -480,8 +483,9 @@ if __name__ == "__main__":
             truncated_np[step] = only_trunc
             if only_trunc.any():
                 final_obs = np.stack(infos["final_obs"][only_trunc])
+                truncated_envs = torch.as_tensor(np.flatnonzero(only_trunc), device=device)
                 with torch.no_grad():
-                    final_values[step, torch.as_tensor(only_trunc, device=device)] = agent.get_value(
+                    final_values[step, truncated_envs] = agent.get_value(
                         torch.as_tensor(final_obs, dtype=torch.float32, device=device)
                     ).flatten()
 
@@ -489,16 +493,14 @@ if __name__ == "__main__":
 
         for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
                                (truncated, truncated_np)):
-            buffer.copy_(torch.from_numpy(staged))
+            buffer.copy_(torch.from_numpy(staged), non_blocking=True)
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
             next_values = torch.cat([values[1:], next_value], dim=0)
             next_values = torch.where(truncated, final_values, next_values)
-            advantages, returns = compute_gae(
-                rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda
-            )
+            advantages, returns = gae(rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda)
 
         # flatten the batch: (num_steps * num_envs, ...)
         b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
@@ -508,14 +510,12 @@ if __name__ == "__main__":
         b_returns = returns.reshape(-1)
         b_values = values.reshape(-1)
 
-        # optimize the policy and value network
-        b_inds = np.arange(batch_size)
+        # optimize the policy and value network; the minibatches' indices are drawn on the device
         # the minibatches' clip fractions stay on the device until the one transfer for logging
         clipfracs = torch.zeros(args.update_epochs * args.num_minibatches, device=device)
         num_updates = 0
         for epoch in range(args.update_epochs):
-            np.random.shuffle(b_inds)
-            epoch_inds = torch.as_tensor(b_inds, device=device)  # one transfer per epoch, sliced per minibatch
+            epoch_inds = torch.randperm(batch_size, device=device)
             for start in range(0, batch_size, minibatch_size):
                 mb_inds = epoch_inds[start : start + minibatch_size]
 

@@ -141,13 +141,14 @@ def squashed_gaussian_log_prob(
     return (gaussian - log_det_jacobian).sum(-1)
 
 
-@torch.compiler.disable
+@torch.compiler.disable(reason="an optimizer step, kept out of dynamo (gradient_step's docstring)")
 def gradient_step(optimizer: optim.Optimizer, loss: torch.Tensor) -> None:
     """One optimizer step on `loss`: zero_grad, backward, step.
 
-    Kept out of --compile's graphs: torch.compile keys Adam.step's compiled code on the function and guards it on
-    the optimizer object, so the second and third optimizers (critic, actor, temperature) would each recompile it.
-    The backward pass of a compiled loss is still the compiled backward graph.
+    --compile leaves it as it is: torch's optimizer breaks the graph around its step on purpose (pytorch#104053),
+    the fused kernel cannot be traced, and dynamo would compile Adam.step again for each optimizer object. The
+    backward pass of a compiled loss is the compiled backward graph all the same, and --cudagraphs records this
+    step with the rest of the update.
     """
     optimizer.zero_grad()
     loss.backward()
@@ -228,7 +229,9 @@ if __name__ == "__main__":
     else:
         alpha = torch.tensor([args.alpha], device=device)
 
-    rb = runtime.ReplayBuffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
+    # on a GPU the memory lives in its memory when it fits, and is sampled there
+    rb = runtime.replay_buffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
+    staging = runtime.PinnedStaging(device)  # observations reach the device without a synchronisation
 
     # A fresh run resets the envs; a resumed one loads what its checkpoint holds. Checkpoints are taken between loop
     # iterations (one env step of every env, and its gradient step). The memory's sampling Generator is always
@@ -262,9 +265,10 @@ if __name__ == "__main__":
         next_observations: torch.Tensor,
         rewards: torch.Tensor,
         terminations: torch.Tensor,
+        update_targets: bool,
     ) -> tuple[torch.Tensor, ...]:
-        """One step of both critics on a sampled batch; returns their losses, the summed loss and the mean Q(s, a)
-        of each critic, detached."""
+        """One step of both critics on a sampled batch, then (update_targets) the target critics' Polyak step;
+        returns the critics' losses, the summed loss and the mean Q(s, a) of each critic, detached."""
         with torch.no_grad():
             next_actions, next_log_pi = actor.get_action(next_observations)
             # soft Bellman target with V(s') = min_i Q'_i(s', a') - alpha log pi(a'|s'), a' ~ pi(.|s') fresh
@@ -280,41 +284,42 @@ if __name__ == "__main__":
         qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
         qf_loss = qf1_loss + qf2_loss
         gradient_step(q_optimizer, qf_loss)
+        if update_targets:
+            soft_update(qf1_target, qf1, args.tau)
+            soft_update(qf2_target, qf2, args.tau)
         return (qf1_loss.detach(), qf2_loss.detach(), qf_loss.detach(), qf1_a_values.detach().mean(),
                 qf2_a_values.detach().mean())
 
-    def update_actor(observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One actor step; returns its loss and the log-probs of the actions it sampled, detached. The caller
-        freezes the critics' weights around it."""
+    def update_actor(observations: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One actor step and, with --autotune, one temperature step on the log-probs of the actions it sampled;
+        returns the actor's loss (and the temperature's), detached. The caller freezes the critics' weights."""
         pi, log_pi = actor.get_action(observations)
         min_qf_pi = torch.min(qf1(observations, pi), qf2(observations, pi))
         # reparameterized J_pi, Sec. 4.2, Haarnoja et al. 2018
         actor_loss = (alpha * log_pi - min_qf_pi).mean()
         gradient_step(actor_optimizer, actor_loss)
-        return actor_loss.detach(), log_pi.detach()
-
-    def update_alpha(log_pi: torch.Tensor) -> torch.Tensor:
-        """One temperature step (--autotune); returns its loss, detached, and sets alpha to the new exp(log_alpha)."""
+        if not args.autotune:
+            return (actor_loss.detach(),)
         # J(alpha) = E[-alpha (log pi + target_entropy)], Sec. 5, Haarnoja et al. 2018b, on the
         # log-probs of the actions just sampled (as the authors' code does; CleanRL samples again)
-        alpha_loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
+        alpha_loss = (-log_alpha.exp() * (log_pi.detach() + target_entropy)).mean()
         gradient_step(a_optimizer, alpha_loss)
         alpha.copy_(log_alpha.detach().exp())
-        return alpha_loss.detach()
+        return actor_loss.detach(), alpha_loss.detach()
 
-    # --compile / --cudagraphs wrap exactly these four functions; without the flags they run as written.
-    policy_step, update_critic, update_actor, update_alpha = (
-        runtime.speed_up(f, args) for f in (policy_step, update_critic, update_actor, update_alpha)
+    # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written.
+    policy_step, update_critic, update_actor = (
+        runtime.speed_up(f, args) for f in (policy_step, update_critic, update_actor)
     )
 
-    actor_loss = alpha_loss = None  # set by the first (delayed actor) update
+    actor_loss, alpha_loss = None, []  # set by the first (delayed) actor update
     for iteration in range(start_iteration, num_iterations + 1):
         global_step = iteration * args.num_envs
         # act: uniform random actions while the memory fills, then samples of the stochastic policy
         if global_step <= learning_starts:
             actions = envs.action_space.sample()
         else:
-            actions = policy_step(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
+            actions = policy_step(staging.to_device("obs", obs).float()).cpu().numpy()
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -330,7 +335,8 @@ if __name__ == "__main__":
         if learning:
             data = rb.sample(args.batch_size)
             qf1_loss, qf2_loss, qf_loss, qf1_values, qf2_values = update_critic(
-                data.observations, data.actions, data.next_observations, data.rewards, data.terminations
+                data.observations, data.actions, data.next_observations, data.rewards, data.terminations,
+                iteration % args.target_network_frequency == 0,
             )
             num_updates += 1
 
@@ -342,19 +348,13 @@ if __name__ == "__main__":
                 qf1.requires_grad_(False)
                 qf2.requires_grad_(False)
                 for _ in range(args.policy_frequency):
-                    actor_loss, log_pi = update_actor(data.observations)
-                    if args.autotune:
-                        alpha_loss = update_alpha(log_pi)
+                    actor_loss, *alpha_loss = update_actor(data.observations)
                 qf1.requires_grad_(True)
                 qf2.requires_grad_(True)
                 if run.clock is None:
                     # SPS leaves out everything up to here: the random warm-up and this process's first critic and
                     # actor updates, which hold --compile's compilation; it is logged once the clock has run.
                     run.start_clock(global_step)
-
-            if iteration % args.target_network_frequency == 0:
-                soft_update(qf1_target, qf1, args.tau)
-                soft_update(qf2_target, qf2, args.tau)
 
             # log every 100 vector steps: .item() forces a sync, and per-step scalars bloat the event file; the
             # losses come to the host here only, for logging and for the non-finite check (which also covers the
@@ -371,8 +371,8 @@ if __name__ == "__main__":
                 if actor_loss is not None:
                     losses["losses/actor_loss"] = actor_loss.item()
                 losses["losses/alpha"] = alpha.item()
-                if alpha_loss is not None:
-                    losses["losses/alpha_loss"] = alpha_loss.item()
+                if alpha_loss:
+                    losses["losses/alpha_loss"] = alpha_loss[0].item()
                 for key, value in losses.items():
                     writer.add_scalar(key, value, global_step)
                 run.log_sps(global_step)
