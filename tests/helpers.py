@@ -18,6 +18,7 @@ from typing import Callable, Optional
 import torch
 
 from benchmark.kept import read_event_scalars
+from tests.graph_breaks import assert_only_unavoidable_breaks
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH_LOG_LINE = re.compile(r"[IWEV]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ torch/")  # glog-style lines of TORCH_LOGS
@@ -101,7 +102,8 @@ def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rto
     """The --compile path and the plain path, same seed on CPU, log the same losses within (rtol, atol).
 
     The compiled run must really compile: torch's dynamo log must show every function named in `compiled`
-    being traced, and no recompilation (a recompiling hot function is a silent slowdown).
+    being traced, and no recompilation (a recompiling hot function is a silent slowdown); and it may break into
+    graphs only where torch forces it (tests/graph_breaks.py's UNAVOIDABLE).
     Every `losses/*` key must be logged at the same steps by both runs, at least `min_updates` times.
     Episode returns: with `episodes_rtol` 0 both runs must log identical ones (compiled code samples from
     torch's own generator, so one seed gives the same discrete actions until rounding moves a sample across a
@@ -112,13 +114,15 @@ def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rto
     within that relative tolerance instead of `rtol`. The plain run's scalars are returned.
     """
     runs = {}
-    for name, extra, env in (("plain", [], None), ("compiled", list(flags), script_env(TORCH_LOGS="dynamo,recompiles"))):
+    logs = script_env(TORCH_LOGS="dynamo,recompiles,graph_breaks")
+    for name, extra, env in (("plain", [], None), ("compiled", list(flags), logs)):
         (Path(cwd) / name).mkdir()
         proc = run_script(script, *args, *extra, device, cwd=Path(cwd) / name, launcher=launcher, env=env)
         runs[name] = read_scalars(single_run_dir(Path(cwd) / name))
     traced = {line.split("start tracing ")[1].split()[0] for line in proc.stderr.splitlines() if "start tracing " in line}
     assert set(compiled) <= traced, f"not compiled: {sorted(set(compiled) - traced)}; traced: {sorted(traced)}"
     assert "Recompiling function" not in proc.stderr, [l for l in proc.stderr.splitlines() if "Recompiling" in l]
+    assert_only_unavoidable_breaks(script, proc.stderr)
     plain, compiled = runs["plain"], runs["compiled"]
     keys = sorted(k for k in plain if k.startswith("losses/"))
     assert keys, f"{script} logged no losses/* scalar"
