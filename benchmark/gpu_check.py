@@ -5,22 +5,30 @@
 2. the GPU throughput table (benchmark/throughput.py --cuda: plain, compile+cudagraphs and with amp for the CNN
    scripts; by default for the five scripts where a GPU matters most, --scripts names others), which writes its
    rows as they finish;
+3. with --steps speed-anchor: the speed anchor (benchmark/speed_anchor.py: ours plain and --compile --cudagraphs next to
+   LeanRL's compiled scripts, and our CUDA graph launches, syncs and host copies per step from torch.profiler), a
+   tool of its own because it runs another project's scripts in their own environment, profiles ours and fits its
+   runs into its share of the time itself; it needs LeanRL's snapshot and packages (benchmark/device_env.py) and
+   says in its table why a LeanRL row could not run;
 and writes everything to one folder:
 
     <out>/machine.json          GPU, driver, torch and CUDA versions
     <out>/<step>.log            each step's output
     <out>/cuda-tests.xml        the tests' JUnit report
     <out>/speed-gpu/            results.json and results.md of the throughput table
+    <out>/speed-anchor/         results.json and results.md of the speed anchor (with --steps speed-anchor)
     <out>/summary.md / .json    every step: command, exit code, seconds, time limit, and the last lines of its log
 
-Each step has its share of the time limit and is stopped when it overruns (the table keeps its finished rows).
-Without CUDA it refuses in one line before writing anything. Then `python benchmark/make_docs.py --throughput
-<out>/speed-gpu/results.json` puts the table on the benchmark page.
+Each step has its share of the time limit (STEP_WEIGHTS, among the steps chosen) and is stopped when it overruns (the
+tables keep their finished rows); the last step also gets the time the others left unused. Without CUDA it refuses in
+one line before writing anything. Then `python benchmark/make_docs.py --throughput <out>/speed-gpu/results.json` puts
+the table on the benchmark page.
 
 Run:
     python benchmark/gpu_check.py --out benchmark/results/gpu-check
     python benchmark/gpu_check.py --dry-run
     python benchmark/gpu_check.py --out gpu-check-2 --scripts ppo dqn c51 c51_atari ddpg_continuous_action
+    python benchmark/gpu_check.py --steps speed-anchor --out benchmark/results/gpu-anchor     # the anchor alone
 """
 
 import json
@@ -32,16 +40,22 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn, Optional
 
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmark.throughput import SPECS  # noqa: E402  (a tool, not an algorithm script)
+from benchmark.speed_anchor import DEFAULT_SCRIPTS as ANCHOR_SCRIPTS  # noqa: E402  (tools, not algorithm scripts)
+from benchmark.throughput import SPECS  # noqa: E402
 
 # the table's rows by default: the scripts a GPU matters most for
 TABLE_SCRIPTS = ["ppo_atari", "ppo_continuous_action", "sac_continuous_action", "td3_continuous_action", "dqn_atari"]
+# each step's weight: the steps chosen share 95% of --minutes in these proportions (the default two: 45% and 50%)
+STEP_WEIGHTS = {"cuda-tests": 0.45, "throughput": 0.5, "speed-anchor": 0.95}
+StepName = Literal["cuda-tests", "throughput", "speed-anchor"]
+# seconds of a speed-anchor step kept back from the tool's own --minutes, for writing its table after its last run
+ANCHOR_MARGIN_S = 20
 
 
 @dataclass
@@ -49,10 +63,18 @@ class Args:
     out: str = "benchmark/results/gpu-check"
     """the folder for every result of the check (must not exist yet)"""
     minutes: float = 8.0
-    """the time limit of the whole check: the tests get at most 45% of it, the throughput table 50% and whatever
-    the tests left unused"""
+    """the time limit of the whole check: the default steps get 45% (tests) and 50% (throughput table, also whatever
+    the tests left unused); see STEP_WEIGHTS for other --steps"""
+    steps: list[StepName] = field(default_factory=lambda: ["cuda-tests", "throughput"])
+    """the steps to run, in this order"""
     scripts: list[str] = field(default_factory=lambda: list(TABLE_SCRIPTS))
     """the scripts of the throughput table (names of benchmark/throughput.py --scripts)"""
+    anchor_scripts: list[str] = field(default_factory=lambda: list(ANCHOR_SCRIPTS))
+    """the rows of the speed anchor (benchmark/speed_anchor.py --scripts)"""
+    leanrl: str = "benchmark/results/leanrl"
+    """the speed anchor's LeanRL snapshot (benchmark/speed_anchor.py --leanrl)"""
+    leanrl_env: str = "benchmark/results/leanrl-env"
+    """the speed anchor's LeanRL packages (benchmark/speed_anchor.py --leanrl-env)"""
     test_workers: int = 4
     """test processes for the CUDA tests (pytest-xdist's -n; 0 runs them in one process): each test compares two
     runs of its own, and the GPU has room for several at once"""
@@ -65,21 +87,39 @@ class Step:
     name: str
     command: list[str]
     seconds: float  # its time limit
+    minutes_flag: Optional[str] = None  # a flag of the command that bounds it in minutes, set to fit `seconds`
+
+    def fit(self, seconds: float) -> None:
+        """Set the time limit, and the command's own bound to it less ANCHOR_MARGIN_S."""
+        self.seconds = seconds
+        if self.minutes_flag:
+            i = self.command.index(self.minutes_flag) + 1
+            self.command[i] = f"{max(seconds - ANCHOR_MARGIN_S, 30) / 60:.2f}"
 
 
 def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
 
 
-def plan(out: Path, minutes: float, test_workers: int = 4,
-         scripts: tuple[str, ...] = tuple(TABLE_SCRIPTS)) -> list[Step]:
-    total = minutes * 60
-    tests = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n", str(test_workers),
-             "-q", "-rA", "--junitxml", str(out / "cuda-tests.xml")]  # fmt: skip
-    table = [sys.executable, "benchmark/throughput.py", "--cuda", "--scripts", *scripts, "--variants",
-             "compile+cudagraphs", "compile+cudagraphs+amp", "--no-sb3", "--rounds", "1", "--raw-seconds", "2",
-             "--budget-scale", "0.5", "--timeout", "120", "--out", str(out / "speed-gpu")]  # fmt: skip
-    return [Step("cuda-tests", tests, 0.45 * total), Step("throughput", table, 0.5 * total)]
+def plan(out: Path, minutes: float, test_workers: int = 4, scripts: tuple[str, ...] = tuple(TABLE_SCRIPTS),
+         steps: tuple[str, ...] = ("cuda-tests", "throughput"), anchor_scripts: tuple[str, ...] = tuple(ANCHOR_SCRIPTS),
+         leanrl: str = "benchmark/results/leanrl", leanrl_env: str = "benchmark/results/leanrl-env") -> list[Step]:
+    total, weights = minutes * 60, sum(STEP_WEIGHTS[name] for name in steps)
+    commands = {
+        "cuda-tests": [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-p", "no:cacheprovider", "-n",
+                       str(test_workers), "-q", "-rA", "--junitxml", str(out / "cuda-tests.xml")],
+        "throughput": [sys.executable, "benchmark/throughput.py", "--cuda", "--scripts", *scripts, "--variants",
+                       "compile+cudagraphs", "compile+cudagraphs+amp", "--no-sb3", "--rounds", "1", "--raw-seconds", "2",
+                       "--budget-scale", "0.5", "--timeout", "120", "--out", str(out / "speed-gpu")],
+        "speed-anchor": [sys.executable, "benchmark/speed_anchor.py", "--scripts", *anchor_scripts, "--leanrl", leanrl,
+                         "--leanrl-env", leanrl_env, "--minutes", "0", "--out", str(out / "speed-anchor")],
+    }  # fmt: skip
+    plan = []
+    for name in steps:
+        step = Step(name, commands[name], 0, "--minutes" if name == "speed-anchor" else None)
+        step.fit(0.95 * total * STEP_WEIGHTS[name] / weights)
+        plan.append(step)
+    return plan
 
 
 def run_step(step: Step, out: Path) -> dict:
@@ -141,10 +181,18 @@ def main(args: Args) -> int:
     unknown = [s for s in args.scripts if s not in SPECS]
     if unknown or not args.scripts:
         fail(f"--scripts {' '.join(unknown) or '(none)'}: the table knows {' '.join(SPECS)}")
-    steps = plan(out, args.minutes, args.test_workers, tuple(args.scripts))
+    if not args.steps or len(set(args.steps)) != len(args.steps):
+        fail(f"--steps must name each step at most once, and at least one: got {' '.join(args.steps) or '(none)'}")
+    steps = plan(out, args.minutes, args.test_workers, tuple(args.scripts), tuple(args.steps), tuple(args.anchor_scripts),
+                 str(Path(args.leanrl).absolute()), str(Path(args.leanrl_env).absolute()))  # fmt: skip
     if args.dry_run:
         for s in steps:
             print(f"{s.name} (at most {s.seconds:.0f} s): {shlex.join(s.command)}")
+            if s.name == "speed-anchor":  # its runs, their commands and expected seconds
+                proc = subprocess.run([*s.command, "--dry-run"], cwd=ROOT, capture_output=True, text=True, check=False)
+                print("\n".join("    " + line for line in (proc.stdout + proc.stderr).splitlines()))
+                if proc.returncode != 0:
+                    fail(f"the speed anchor refused its arguments (exit {proc.returncode}, above)")
         return 0
     import torch
 
@@ -158,8 +206,8 @@ def main(args: Args) -> int:
     results = []
     start = time.time()
     for i, step in enumerate(steps):
-        if i == len(steps) - 1:  # the last step (the table) also gets the time the steps before it left unused
-            step.seconds = max(step.seconds, args.minutes * 60 - (time.time() - start) - 5)
+        if i == len(steps) - 1:  # the last step also gets the time the steps before it left unused
+            step.fit(max(step.seconds, args.minutes * 60 - (time.time() - start) - 5))
         print(f"[{step.name}] at most {step.seconds:.0f} s: {shlex.join(step.command)}", flush=True)
         results.append(run_step(step, out))
         write_summary(out, info, results)  # after every step, so a check cut short keeps what it did

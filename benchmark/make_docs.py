@@ -378,6 +378,19 @@ adds the GPU table to this page:
 python benchmark/gpu_check.py --out benchmark/results/gpu-check
 ```
 
+The same tool measures our scripts beside LeanRL's (the PyTorch team's compiled fork of CleanRL) on the same
+device: `--steps speed-anchor` runs `benchmark/speed_anchor.py`, which times SAC, TD3 and PPO (continuous and Atari)
+plain and with `--compile --cudagraphs` and LeanRL's compiled scripts over the same measured windows (warm-up left
+out), and counts with `torch.profiler` how many CUDA graph launches, synchronisations and copies each of our steps
+makes. LeanRL's scripts run from a snapshot of its repository, with their own packages; `python
+benchmark/device_env.py --leanrl-git PATH` prepares both (and our scripts' packages as wheels) for a GPU machine
+that has no package index:
+
+```bash
+python benchmark/device_env.py --leanrl-git /path/to/LeanRL/.git
+python benchmark/gpu_check.py --steps speed-anchor --out benchmark/results/gpu-anchor
+```
+
 The benchmarks at the upstream CleanRL budgets (10M Atari steps, 1M MuJoCo steps for every algorithm, 25M Procgen
 steps) are one shell file per script, for a machine with GPUs:
 
