@@ -13,9 +13,9 @@
     imports       module loading (importlib, unmarshalling, extension modules)
     other         everything else (TensorBoard's writer, the standard library), called from there too
 
-The run profiles itself: with CLEANRL_PROFILE set to a file name, cleanrl/runtime.py starts cProfile where the
-SPS clock starts (after the warm-up: the first iteration or update, the random learning-starts steps) and writes
-the stats when the loop ends, so start-up, warm-up and the final evaluation are left out. Each function's own time
+The run is profiled by benchmark/profile_hook.py, which launches the script with cProfile started where its SPS
+clock starts (after the warm-up: the first iteration or update, the random learning-starts steps) and the stats
+written when the loop ends, so start-up, warm-up and the final evaluation are left out. Each function's own time
 (cProfile's tottime) goes to the category of the file it is defined in; a native function (a builtin) to the
 category its name says (`{method 'run_backward' of 'torch._C._EngineBase' objects}` is torch). Tensor operators
 (`a * b`, `x[i] = y`) are C slots that cProfile never sees called, so their time would go to the function whose
@@ -81,7 +81,7 @@ def category(filename: str, name: str) -> str:
             return "numpy"
         return "other"
     if name.startswith("Tensor.__"):
-        return "torch"  # a tensor operator, wrapped under the profiler by cleanrl/runtime.py
+        return "torch"  # a tensor operator, wrapped under the profiler by benchmark/profile_hook.py
     if "importlib._bootstrap" in filename or filename.startswith("<frozen importlib"):
         return "imports"
     parts = Path(filename).parts
@@ -202,10 +202,10 @@ def main(args: Args, command: list[str]) -> int:
     if args.out is not None and not Path(args.out).resolve().parent.is_dir():
         fail(f"--out {args.out}: its folder does not exist")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("CLEANRL_PROFILE", None)
     with tempfile.TemporaryDirectory(prefix="profile-split-") as scratch:
         prof = os.path.join(scratch, "span.prof")
-        profiled = run([sys.executable, script, *flags], scratch, dict(env, CLEANRL_PROFILE=prof))
+        hook = str(ROOT / "benchmark" / "profile_hook.py")
+        profiled = run([sys.executable, hook, prof, script, *flags], scratch, env)
         if not os.path.exists(prof):
             fail(f"{command[1]} wrote no profile: it is no script of this project, or its run never started its SPS clock")
         rows = attribute(pstats.Stats(prof).stats)

@@ -12,7 +12,7 @@ Run:
 """
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Annotated, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -20,45 +20,53 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 
+import environments
+import replay_memory
 import runtime
-from runtime import ReplayBuffer, RunArgs, fail, true_next_obs
+import speed
+from flags import (
+    AnyFloat, NonNegativeInt, PositiveFloat, PositiveInt, Range, UnitFloat, whole_iterations, with_run_flags,
+)
+from messages import fail
+from replay_memory import ReplayBuffer, true_next_obs
 
 
+@with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
 @dataclass
-class Args(RunArgs):
+class Args:
     env_id: str = "CartPole-v1"
     """the id of the environment"""
-    total_timesteps: int = 500000
+    total_timesteps: PositiveInt = 500000
     """total environment steps of the experiment (summed over all environments)"""
-    learning_rate: float = 2.5e-4
+    learning_rate: PositiveFloat = 2.5e-4
     """the learning rate of the optimizer (Adam with eps = 0.01 / batch_size, as in the paper)"""
-    num_envs: int = 1
+    num_envs: PositiveInt = 1
     """the number of parallel environments"""
-    n_atoms: int = 101
+    n_atoms: Annotated[int, Range("[2, inf)")] = 101
     """the number of atoms of the return distribution's support"""
-    v_min: float = -100
+    v_min: AnyFloat = -100
     """the return of the lowest atom"""
-    v_max: float = 100
+    v_max: AnyFloat = 100
     """the return of the highest atom"""
-    buffer_size: int = 10000
+    buffer_size: PositiveInt = 10000
     """the replay memory holds the most recent buffer_size transitions"""
-    gamma: float = 0.99
+    gamma: UnitFloat = 0.99
     """the discount factor gamma"""
-    tau: float = 1.0
+    tau: Annotated[float, Range("(0, 1]")] = 1.0
     """the target network update rate: 1.0 copies the Q-network, below 1 is a Polyak average"""
-    target_network_frequency: int = 500
+    target_network_frequency: PositiveInt = 500
     """the number of environment steps between target network updates"""
-    batch_size: int = 128
+    batch_size: PositiveInt = 128
     """the number of transitions sampled from the replay memory per gradient step"""
-    start_e: float = 1.0
+    start_e: UnitFloat = 1.0
     """the starting epsilon of the epsilon-greedy exploration"""
-    end_e: float = 0.05
+    end_e: UnitFloat = 0.05
     """the final epsilon, reached after exploration_fraction * total_timesteps steps"""
-    exploration_fraction: float = 0.5
+    exploration_fraction: UnitFloat = 0.5
     """the fraction of total_timesteps over which epsilon decays linearly from start_e to end_e"""
-    learning_starts: int = 10000
+    learning_starts: NonNegativeInt = 10000
     """the number of environment steps collected before learning starts"""
-    train_frequency: int = 10
+    train_frequency: PositiveInt = 10
     """the number of environment steps between gradient steps"""
     save_buffer: bool = False
     """with --save-model, also save the replay buffer in checkpoints so resume is exact"""
@@ -69,7 +77,7 @@ def check_off_policy_args(args) -> None:
 
     Steps are counted over all environments; one loop iteration takes num_envs steps, so the periodic
     events (gradient step, target update) must fall on iteration boundaries to happen when the flags say. Each
-    flag's own range is in runtime.FLAG_RANGES.
+    flag's own range is declared beside it, in its type.
     """
     for name in ("train_frequency", "target_network_frequency"):
         if getattr(args, name) % args.num_envs != 0:
@@ -159,28 +167,21 @@ def categorical_projection(
 def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.device,
              epsilon: float = 0.05) -> list[float]:
     """Run the epsilon-greedy policy (epsilon 0.05, as CleanRL evaluates C51) for args.eval_episodes episodes."""
-    envs = runtime.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
+    envs = environments.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
     rng = np.random.default_rng(args.seed + 10_000)
-    obs, _ = envs.reset(seed=args.seed + 10_000)
-    returns = []
-    while len(returns) < args.eval_episodes:
-        def greedy() -> np.ndarray:
-            with torch.no_grad():
-                _, q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
-            return q_values.argmax(dim=1).cpu().numpy()
 
-        obs, _, _, _, infos = envs.step(epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng))
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[: args.eval_episodes]
+    def act(x: torch.Tensor) -> np.ndarray:  # Q-values only where the coin says greedy
+        greedy = lambda: q_network(x)[1].argmax(dim=1).cpu().numpy()  # noqa: E731
+        return epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng)
+
+    return environments.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device)
 
 
 def make_q_network(env_id: str, atoms: torch.Tensor) -> QNetwork:
     """An untrained Q-network for env_id on the support saved with the model (the atoms are a buffer of the
     network, so it fits whatever --n-atoms the run had); --eval-only loads the saved weights into it and evaluates
     it with epsilon 0.05, as after training."""
-    env = runtime.probe_env(env_id, gym.spaces.Discrete, "c51.py")
+    env = environments.probe_env(env_id, gym.spaces.Discrete)
     env.close()
     return QNetwork(int(np.prod(env.observation_space.shape)), int(env.action_space.n), atoms)
 
@@ -193,19 +194,17 @@ if __name__ == "__main__":
     check_off_policy_args(args)
     if not args.v_min < args.v_max:
         fail(f"the support needs --v-min below --v-max, got {args.v_min} and {args.v_max}")
-    if args.save_buffer and not args.save_model:
-        fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
-    env = runtime.probe_env(args.env_id, gym.spaces.Discrete, "c51.py")
+    env = environments.probe_env(args.env_id, gym.spaces.Discrete)
     ReplayBuffer.check_fits(args.buffer_size, env.observation_space, env.action_space)
     env.close()
     # one loop iteration is one step of every env, and its learning
-    num_iterations = runtime.whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
+    num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer
 
     # env setup: same-step autoreset, so every step is a real transition and the memory stores final_obs as the
     # next observation of an ended episode
-    envs = runtime.make_envs(args.env_id, args.num_envs, args.capture_video, run.name)
+    envs = environments.make_envs(args.env_id, args.num_envs, args.capture_video, run.name)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     n_actions = int(envs.single_action_space.n)
     atoms = torch.linspace(args.v_min, args.v_max, steps=args.n_atoms)
@@ -220,9 +219,9 @@ if __name__ == "__main__":
 
     # storage
     # on a GPU the memory lives in its memory when it fits, and is sampled there
-    rb = runtime.replay_buffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device,
+    rb = replay_memory.replay_buffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device,
                                args.seed)
-    staging = runtime.PinnedStaging(device)  # observations reach the device without a synchronisation
+    staging = speed.PinnedStaging(device)  # observations reach the device without a synchronisation
     action_rng = np.random.default_rng(args.seed)
 
     # Epsilon is a function of global_step, so the step is the schedule's whole state. The replay memory goes into
@@ -233,13 +232,7 @@ if __name__ == "__main__":
     }, args.seed)
     # updates: gradient steps so far (what --checkpoint-frequency counts)
     updates, target_updates = run.resumed("updates", 0), run.resumed("target_updates", 0)
-    learning_starts = args.learning_starts
-    if checkpoint is not None and checkpoint["replay_buffer"] is None:
-        # Without --save-buffer the memory starts empty: it refills for learning_starts steps before the
-        # next gradient step (epsilon still follows the schedule of the whole run), so resume is not exact.
-        learning_starts = global_step + args.learning_starts
-        print(f"note: the checkpoint has no replay memory (no --save-buffer); learning resumes after "
-              f"global step {learning_starts}")
+    learning_starts = run.learning_starts(args.learning_starts)  # later on a resume without the memory
     exploration_steps = int(args.exploration_fraction * args.total_timesteps)
 
     def policy_step(obs: torch.Tensor) -> torch.Tensor:
@@ -269,7 +262,7 @@ if __name__ == "__main__":
 
     # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
     # (The target network's copy every target_network_frequency steps stays eager: it is rare and cheap.)
-    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
+    policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
 
     for iteration in range(start_iteration, num_iterations + 1):
         # act: global_step counts the environment steps taken so far, this one included
@@ -300,11 +293,10 @@ if __name__ == "__main__":
                     data.observations, data.actions, data.next_observations, data.rewards, data.terminations
                 )
                 updates, updated = updates + 1, True
-                if run.clock is None:
-                    # SPS leaves out everything up to and including this process's first gradient update: a
-                    # warm-up that holds --compile's compilation (or CUDA graph recording) and, on a fresh run,
-                    # the learning_starts steps without updates. Only steps after it count, so no SPS is logged here.
-                    run.start_clock(global_step)
+                # SPS leaves out everything up to and including this process's first gradient update: a
+                # warm-up that holds --compile's compilation (or CUDA graph recording) and, on a fresh run,
+                # the learning_starts steps without updates. Only steps after it count, so no SPS is logged here.
+                run.start_clock(global_step)
 
                 if global_step % 100 == 0:
                     # the losses come to the host here only, for logging and for the non-finite check
@@ -321,7 +313,7 @@ if __name__ == "__main__":
 
         # progress; a checkpoint every --checkpoint-frequency gradient updates (checked for NaN and inf first) or
         # on SIGINT/SIGTERM
-        run.end_of_iteration(iteration, global_step, obs, update=updates if updated else None, updates=updates,
+        run.end_of_iteration(iteration, global_step, obs, updates=updates,
                              target_updates=target_updates)
 
     run.finish(global_step, obs, model=q_network, evaluate=lambda: evaluate(q_network, args, run.name, device),

@@ -16,7 +16,7 @@ Run:
 """
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Annotated, Callable, Optional
 
 import numpy as np
 import torch
@@ -24,15 +24,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 
+import environments
+import replay_memory
 import runtime
-from runtime import RunArgs, fail
+import speed
+from flags import NonNegativeInt, PositiveFloat, PositiveInt, Range, UnitFloat, whole_iterations, with_run_flags
+from messages import fail
 
 
+@with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
 @dataclass
-class Args(RunArgs):
+class Args:
     amp: bool = False
     """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
-    eval_max_frames: Optional[int] = None
+    eval_max_frames: Optional[PositiveInt] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
 
     # Algorithm specific arguments
@@ -40,35 +45,35 @@ class Args(RunArgs):
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
     """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
-    total_timesteps: int = 10000000
+    total_timesteps: PositiveInt = 10000000
     """total environment steps of the experiment (agent steps, summed over all environments; each is 4 frames)"""
-    learning_rate: float = 1e-4
+    learning_rate: PositiveFloat = 1e-4
     """the learning rate of the optimizer"""
-    num_envs: int = 1
+    num_envs: PositiveInt = 1
     """the number of parallel environments"""
-    buffer_size: int = 1000000
+    buffer_size: PositiveInt = 1000000
     """the replay memory holds at least the most recent buffer_size transitions (see FrameReplayBuffer)"""
-    gamma: float = 0.99
+    gamma: UnitFloat = 0.99
     """the discount factor gamma"""
-    tau: float = 1.0
+    tau: Annotated[float, Range("(0, 1]")] = 1.0
     """the target network update rate: 1.0 copies the Q-network, below 1 is a Polyak average"""
-    target_network_frequency: int = 1000
+    target_network_frequency: PositiveInt = 1000
     """the number of environment steps between target network updates"""
-    batch_size: int = 32
+    batch_size: PositiveInt = 32
     """the number of transitions sampled from the replay memory per gradient step"""
-    start_e: float = 1.0
+    start_e: UnitFloat = 1.0
     """the starting epsilon of the epsilon-greedy exploration"""
-    end_e: float = 0.01
+    end_e: UnitFloat = 0.01
     """the final epsilon, reached after exploration_fraction * total_timesteps steps"""
-    exploration_fraction: float = 0.10
+    exploration_fraction: UnitFloat = 0.10
     """the fraction of total_timesteps over which epsilon decays linearly from start_e to end_e"""
-    learning_starts: int = 80000
+    learning_starts: NonNegativeInt = 80000
     """the number of environment steps collected before learning starts"""
-    train_frequency: int = 4
+    train_frequency: PositiveInt = 4
     """the number of environment steps between gradient steps"""
     save_buffer: bool = False
     """with --save-model, also save the replay memory (its frame rings and bookkeeping) in checkpoints"""
-    torch_threads: int = 0
+    torch_threads: NonNegativeInt = 0
     """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
     (the Nature CNN gains from a second core); a number for bit-identical reruns"""
 
@@ -78,7 +83,7 @@ def check_off_policy_args(args: Args) -> None:
 
     Steps are counted over all environments; one loop iteration takes num_envs steps, so the periodic
     events (gradient step, target update) must fall on iteration boundaries to happen when the flags say. Each
-    flag's own range is in runtime.FLAG_RANGES.
+    flag's own range is declared beside it, in its type.
     """
     for name in ("train_frequency", "target_network_frequency"):
         if getattr(args, name) % args.num_envs != 0:
@@ -89,9 +94,9 @@ def check_off_policy_args(args: Args) -> None:
 
 def check_atari_args(args: Args) -> None:
     """The env id and the backend (training and --eval-only)."""
-    runtime.atari_emulator_settings(args.env_id)
-    if args.env_backend not in runtime.ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(runtime.ATARI_BACKENDS)}")
+    environments.atari_emulator_settings(args.env_id)
+    if args.env_backend not in environments.ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(environments.ATARI_BACKENDS)}")
 
 
 class QNetwork(nn.Module):
@@ -158,29 +163,22 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
     in Breakout), which would make a game last until the frame limit. With --eval-only, --env-backend,
     --eval-max-frames, --seed and --capture-video come from the command line; videos go to videos/{name}-eval.
     """
-    envs = runtime.make_atari_envs(
+    envs = environments.make_atari_envs(
         args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
     )
     rng = np.random.default_rng(args.seed + 10_000)
-    obs, _ = envs.reset(seed=args.seed + 10_000)
-    returns = []
-    while len(returns) < args.eval_episodes:
-        def greedy() -> np.ndarray:
-            with torch.no_grad():
-                return q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
 
-        actions = epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng)
-        obs, _, _, _, infos = envs.step(actions)
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[: args.eval_episodes]
+    def act(x: torch.Tensor) -> np.ndarray:  # Q-values only where the coin says greedy
+        greedy = lambda: q_network(x).argmax(dim=1).cpu().numpy()  # noqa: E731
+        return epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng)
+
+    return environments.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device, dtype=None)
 
 
 def make_q_network(args: Args) -> QNetwork:
     """An untrained Q-network for args.env_id (--eval-only loads the saved weights into it)."""
     check_atari_args(args)
-    probe = runtime.make_atari_envs(args.env_id, 1, args.env_backend)
+    probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
     return QNetwork(n_actions)
@@ -191,16 +189,14 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         runtime.eval_only(args, "q_network", lambda _: make_q_network(args), evaluate)
     check_off_policy_args(args)
-    if args.save_buffer and not args.save_model:
-        fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
     check_atari_args(args)
-    runtime.FrameReplayBuffer.check_fits(args.buffer_size, args.num_envs)
-    num_iterations = runtime.whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
+    replay_memory.FrameReplayBuffer.check_fits(args.buffer_size, args.num_envs)
+    num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer
 
     # env setup: sign-clipped rewards, a lost life terminates (nothing bootstraps across it), whole-game scores
-    envs = runtime.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
+    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
     n_actions = int(envs.single_action_space.n)
     q_network = QNetwork(n_actions).to(device)
     # capturable keeps Adam's step count on the device for CUDA graphs; fused: one kernel updates every parameter
@@ -209,11 +205,11 @@ if __name__ == "__main__":
     target_network.load_state_dict(q_network.state_dict())
 
     # storage: every frame once, allocated and touched now (see FrameReplayBuffer for the footprint)
-    rb = runtime.FrameReplayBuffer(
+    rb = replay_memory.FrameReplayBuffer(
         args.buffer_size, envs.single_observation_space, envs.single_action_space, args.num_envs, device, args.seed
     )
     print(f"replay memory: {rb.nbytes / 2**30:.2f} GiB for {args.buffer_size} transitions")
-    staging = runtime.PinnedStaging(device)  # frames reach the device without a synchronisation
+    staging = speed.PinnedStaging(device)  # frames reach the device without a synchronisation
     action_rng = np.random.default_rng(args.seed)
     exploration_steps = int(args.exploration_fraction * args.total_timesteps)
 
@@ -226,13 +222,7 @@ if __name__ == "__main__":
     obs, start_iteration, global_step = run.restore(envs, state, args.seed)
     # updates: gradient steps so far (what --checkpoint-frequency counts)
     updates, target_updates = run.resumed("updates", 0), run.resumed("target_updates", 0)
-    learning_starts = args.learning_starts
-    if checkpoint is not None and checkpoint["replay_buffer"] is None:
-        # Without --save-buffer the memory starts empty: it refills for learning_starts steps before the
-        # next gradient step (epsilon still follows the schedule of the whole run), so resume is not exact.
-        learning_starts = global_step + args.learning_starts
-        print(f"note: the checkpoint has no replay memory (no --save-buffer); learning resumes after "
-              f"global step {learning_starts}")
+    learning_starts = run.learning_starts(args.learning_starts)  # later on a resume without the memory
 
     def policy_step(obs: torch.Tensor) -> torch.Tensor:
         """The greedy action argmax_a Q(s, a) of every env (epsilon-greedy's coin flips are drawn outside, in numpy)."""
@@ -259,7 +249,7 @@ if __name__ == "__main__":
 
     # --compile / --cudagraphs wrap exactly these two functions; without the flags they run as written.
     # (The target network's copy every target_network_frequency steps stays eager: it is rare and cheap.)
-    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
+    policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
 
     for iteration in range(start_iteration, num_iterations + 1):
         # act: global_step counts the environment steps taken so far, this one included
@@ -279,7 +269,7 @@ if __name__ == "__main__":
 
         # store: the successor of a finished game is its final observation; only termination (game over or a
         # lost life) stops the bootstrap, so a game cut at the frame limit is stored with terminated = 0.
-        rb.add(obs, runtime.atari_true_next_obs(next_obs, infos), actions, rewards, terminations)
+        rb.add(obs, replay_memory.atari_true_next_obs(next_obs, infos), actions, rewards, terminations)
         obs = next_obs
 
         # learn
@@ -291,11 +281,10 @@ if __name__ == "__main__":
                     data.observations, data.actions, data.next_observations, data.rewards, data.terminations
                 )
                 updates, updated = updates + 1, True
-                if run.clock is None:
-                    # SPS leaves out everything up to and including this process's first gradient update: a
-                    # warm-up that holds --compile's compilation (or CUDA graph recording) and, on a fresh run,
-                    # the learning_starts steps without updates. Only steps after it count, so no SPS is logged here.
-                    run.start_clock(global_step)
+                # SPS leaves out everything up to and including this process's first gradient update: a
+                # warm-up that holds --compile's compilation (or CUDA graph recording) and, on a fresh run,
+                # the learning_starts steps without updates. Only steps after it count, so no SPS is logged here.
+                run.start_clock(global_step)
 
                 if global_step % 100 == 0:
                     # the losses come to the host here only, for logging and for the non-finite check
@@ -310,8 +299,7 @@ if __name__ == "__main__":
                 target_updates += 1
                 writer.add_scalar("charts/target_updates", target_updates, global_step)
         # progress; a checkpoint every --checkpoint-frequency gradient updates or on SIGTERM
-        run.end_of_iteration(iteration, global_step, obs, update=updates if updated else None,
-                             updates=updates, target_updates=target_updates)
+        run.end_of_iteration(iteration, global_step, obs, updates=updates, target_updates=target_updates)
 
     run.finish(global_step, obs, model=q_network, evaluate=lambda: evaluate(q_network, args, run.name, device),
                updates=updates, target_updates=target_updates)

@@ -18,103 +18,107 @@ Run:
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
+import environments
+import messages
 import runtime
-from runtime import RunArgs, fail
+import speed
+from flags import (
+    NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags,
+)
+from messages import fail
 
 
+@with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
 @dataclass
-class Args(RunArgs):
-    amp: bool = False
-    """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
-
-    # Algorithm specific arguments
+class Args:
     env_id: str = "starpilot"
     """the Procgen game (`starpilot`, `bigfish`, ...; combined with --distribution-mode) or an envpool id
     such as `StarpilotEasy-v0` (which names its own distribution; --distribution-mode is then ignored)"""
     distribution_mode: Literal["easy", "hard", "extreme", "memory", "exploration"] = "easy"
     """the Procgen level distribution used with a plain game name"""
-    total_timesteps: int = 25_000_000
+    total_timesteps: PositiveInt = 25_000_000
     """total environment steps of the experiment (only whole phases of N_pi iterations are run)"""
-    learning_rate: float = 5e-4
+    learning_rate: PositiveFloat = 5e-4
     """the learning rate of the Adam optimizer (both phases, both networks)"""
-    num_envs: int = 64
+    num_envs: PositiveInt = 64
     """the number of parallel environments"""
-    num_steps: int = 256
+    num_steps: PositiveInt = 256
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = False
     """if toggled, the learning rate decays linearly to 0 over the run"""
-    gamma: float = 0.999
+    gamma: UnitFloat = 0.999
     """the discount factor gamma"""
-    gae_lambda: float = 0.95
+    gae_lambda: UnitFloat = 0.95
     """the lambda for the generalized advantage estimation"""
-    num_minibatches: int = 8
+    num_minibatches: PositiveInt = 8
     """the number of minibatches per policy-phase epoch"""
     adv_norm_fullbatch: bool = True
     """if toggled, normalize advantages over the whole batch (as the PPG code does); otherwise per minibatch"""
     norm_reward: bool = True
     """if toggled, divide rewards by the running std of the discounted return and clip them to [-10, 10]
     (the PPG code's reward normalization); episode statistics always report the raw game reward"""
-    clip_coef: float = 0.2
+    clip_coef: PositiveFloat = 0.2
     """the surrogate clipping coefficient epsilon"""
     clip_vloss: bool = True
     """if toggled, clip the policy-phase value loss as in the PPO paper's reference code"""
-    ent_coef: float = 0.01
+    ent_coef: NonNegativeFloat = 0.01
     """the coefficient of the entropy bonus (beta_S in the paper)"""
-    vf_coef: float = 0.5
+    vf_coef: NonNegativeFloat = 0.5
     """the coefficient of the policy-phase value loss"""
-    max_grad_norm: float = 0.5
+    max_grad_norm: PositiveFloat = 0.5
     """the maximum norm for gradient clipping"""
-    target_kl: Optional[float] = None
+    target_kl: Optional[NonNegativeFloat] = None
     """if set, stop the policy-phase epochs of an iteration early once the approximate KL exceeds it"""
 
     # PPG specific arguments
-    n_iteration: int = 32
+    n_iteration: PositiveInt = 32
     """N_pi: the number of PPO iterations (rollout + update) in each policy phase"""
-    e_policy: int = 1
+    e_policy: PositiveInt = 1
     """E_pi: the number of epochs of policy (clipped surrogate + entropy) updates per iteration"""
-    v_value: int = 1
+    v_value: NonNegativeInt = 1
     """E_V: the number of epochs of value-network updates per iteration"""
-    e_auxiliary: int = 6
+    e_auxiliary: PositiveInt = 6
     """E_aux: the number of epochs over the auxiliary buffer in each auxiliary phase"""
-    beta_clone: float = 1.0
+    beta_clone: NonNegativeFloat = 1.0
     """beta_clone: the weight of the behavior-cloning KL term in the auxiliary phase's joint loss"""
-    num_aux_rollouts: int = 4
+    num_aux_rollouts: PositiveInt = 4
     """the number of whole rollouts (num_steps observations of one env) in each auxiliary minibatch"""
-    n_aux_grad_accum: int = 1
+    n_aux_grad_accum: PositiveInt = 1
     """the number of chunks each auxiliary minibatch is split into, accumulating their gradients before one
     optimizer step (less memory, same update)"""
+    amp: bool = False
+    """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
+    torch_threads: NonNegativeInt = 0
+    """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
+    (the IMPALA CNN gains from a second core); a number for bit-identical reruns"""
 
     def run_env_id(self) -> str:
         """Runs are filed under the envpool id (runs/StarpilotEasy-v0__...), so `--resume auto` finds them."""
         return procgen_id(self)
-    torch_threads: int = 0
-    """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
-    (the IMPALA CNN gains from a second core); a number for bit-identical reruns"""
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int, int]:
-    """Batch sizes and phase count follow from the flags; they are checked here, never set by hand (each flag's own
-    range is in runtime.FLAG_RANGES). Returns (batch_size, minibatch_size, num_phases, aux_minibatches_per_epoch)."""
+    """(batch_size, minibatch_size, num_phases, aux_minibatches_per_epoch), which follow from the flags (checked
+    here; each flag's own range is declared beside it, in its type)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
              f"does not divide into --num-minibatches {args.num_minibatches}")
     aux_rollouts = args.n_iteration * args.num_envs
     if aux_rollouts % args.num_aux_rollouts != 0:
-        runtime.warn(f"the auxiliary buffer's {aux_rollouts} rollouts (--n-iteration {args.n_iteration} x --num-envs "
+        messages.warn(f"the auxiliary buffer's {aux_rollouts} rollouts (--n-iteration {args.n_iteration} x --num-envs "
                      f"{args.num_envs}) are no multiple of --num-aux-rollouts {args.num_aux_rollouts}: the last "
                      f"auxiliary minibatch of each epoch holds {aux_rollouts % args.num_aux_rollouts}")
     if args.num_aux_rollouts % args.n_aux_grad_accum != 0:
         fail(f"--num-aux-rollouts {args.num_aux_rollouts} does not divide into "
              f"--n-aux-grad-accum {args.n_aux_grad_accum}")
-    num_phases = runtime.whole_iterations(args.total_timesteps, batch_size * args.n_iteration,
+    num_phases = whole_iterations(args.total_timesteps, batch_size * args.n_iteration,
                                           f"one phase (--n-iteration {args.n_iteration} batches)")
     return batch_size, batch_size // args.num_minibatches, num_phases, -(-aux_rollouts // args.num_aux_rollouts)
 
@@ -127,55 +131,7 @@ def aux_buffer_bytes(n_iteration: int, num_envs: int, num_steps: int, obs_shape:
 
 def procgen_id(args: Args) -> str:
     """The envpool id that --env-id and --distribution-mode name (starpilot, easy: StarpilotEasy-v0)."""
-    return runtime.resolve_env_id(args.env_id, args.distribution_mode, runtime.load_envpool().list_all_envs())
-
-
-def make_envs(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
-    # envpool's Procgen is a gymnasium VectorEnv with NEXT_STEP autoreset and no same-step mode. Procgen
-    # itself starts the next level inside the step that ends an episode, so that step's observation is
-    # already a new level's frame and the true final observation is lost; envpool then spends the
-    # following step on a reset (action ignored, reward 0, elapsed_step 0, obs = first frame of the
-    # episode actually played). Those reset steps are masked out of learning (see `valid` below).
-    # Procgen's own time limit (e.g. 1000 steps in starpilot) is reported as truncation, but with no
-    # final observation to bootstrap from it is treated as termination, as in the Procgen and PPG papers.
-    # RecordEpisodeStatistics understands NEXT_STEP: it counts no reward and no length on the reset steps.
-    envs = runtime.load_envpool().make_gymnasium(env_id, num_envs=num_envs, seed=seed, num_levels=0, start_level=0)
-    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
-
-
-class RewardNormalizer:
-    """Scales rewards by the running std of the discounted return (PPG code, Baselines' VecNormalize), then clips.
-
-    Only real transitions update the statistics; the return accumulator restarts after every episode end.
-    """
-
-    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8):
-        self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
-        self.ret = np.zeros(num_envs)
-        self.mean, self.var, self.count = 0.0, 1.0, epsilon
-
-    def update(self, x: np.ndarray) -> None:
-        """Parallel mean/variance update (Chan et al.) with the batch x."""
-        if x.size == 0:
-            return
-        b_mean, b_var, b_count = x.mean(), x.var(), x.size
-        delta, total = b_mean - self.mean, self.count + b_count
-        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
-        self.mean, self.var, self.count = self.mean + delta * b_count / total, m2 / total, total
-
-    def state_dict(self) -> dict:
-        """The statistics for a checkpoint. The running returns are left out: a resumed run starts new episodes."""
-        return {"mean": float(self.mean), "var": float(self.var), "count": float(self.count)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
-
-    def __call__(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        self.ret = np.where(valid, self.ret * self.gamma + reward, self.ret)
-        self.update(self.ret[valid])
-        scaled = np.clip(reward / np.sqrt(self.var + self.epsilon), -self.clip, self.clip)
-        self.ret[done] = 0.0
-        return scaled
+    return environments.resolve_env_id(args.env_id, args.distribution_mode, environments.load_envpool().list_all_envs())
 
 
 def layer_init_normed(layer: nn.Module, scale: float = 1.0) -> nn.Module:
@@ -302,6 +258,7 @@ class AuxBuffer:
         self.num_envs, self.n_iteration = num_envs, n_iteration
         self.stored = 0  # iterations of the current policy phase stored so far
         self.distilling = False  # inside the auxiliary phase: every row is stored and pi_old's logits are recorded
+        self.phases = 0  # auxiliary phases this process has run
         rows = n_iteration * num_envs
         self.obs = torch.empty((rows, num_steps) + tuple(obs_shape), dtype=torch.uint8)
         self.returns = torch.empty((rows, num_steps))
@@ -381,17 +338,9 @@ def aux_losses(logits: torch.Tensor, aux_values: torch.Tensor, values: torch.Ten
 def evaluate(policy: PolicyNetwork, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Run the stochastic policy for args.eval_episodes full episodes on a fresh environment (new levels).
     Sampling, not argmax: Procgen policies trained with an entropy bonus can stall under a greedy policy."""
-    envs = make_envs(procgen_id(args), 1, args.seed + 10_000)
-    obs, _ = envs.reset()
-    returns = []
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            logits, _ = policy(torch.as_tensor(obs, device=device))
-        obs, _, _, _, infos = envs.step(Categorical(logits=logits).sample().cpu().numpy())
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[: args.eval_episodes]
+    envs = environments.make_procgen_envs(procgen_id(args), 1, args.seed + 10_000)
+    return environments.evaluate_episodes(envs, lambda x: Categorical(logits=policy(x)[0]).sample(), args.eval_episodes,
+                                          None, device, dtype=None)
 
 
 def make_policy(args: Args, saved: dict) -> PolicyNetwork:
@@ -399,7 +348,7 @@ def make_policy(args: Args, saved: dict) -> PolicyNetwork:
     --distribution-mode; args.env_id becomes the envpool id, so the eval line names the distribution it ran on."""
     args.distribution_mode = saved["args"]["distribution_mode"] if "args" in saved else args.distribution_mode
     args.env_id = procgen_id(args)
-    probe = make_envs(args.env_id, 1, args.seed)
+    probe = environments.make_procgen_envs(args.env_id, 1, args.seed)
     policy = PolicyNetwork(probe.single_observation_space.shape, int(probe.single_action_space.n))
     probe.close()
     return policy
@@ -415,9 +364,9 @@ if __name__ == "__main__":
     # the storage below: the rollout (per step of each env a uint8 3x64x64 observation, an int64 action, 4 float32, a
     # bool, 2 float32 and a bool staged on the host, an int64 minibatch index) and, in host memory, the auxiliary
     # buffer (every Procgen game has 15 actions)
-    runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
                          batch_size * (3 * 64 * 64 + 8 + 16 + 1 + 9 + 8), "a rollout storage", cuda=args.cuda)
-    runtime.check_memory(f"--n-iteration {args.n_iteration} x --num-envs {args.num_envs} x --num-steps "
+    speed.check_memory(f"--n-iteration {args.n_iteration} x --num-envs {args.num_envs} x --num-steps "
                          f"{args.num_steps}", aux_buffer_bytes(args.n_iteration, args.num_envs, args.num_steps,
                                                                (3, 64, 64), 15), "an auxiliary buffer")
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
@@ -425,13 +374,13 @@ if __name__ == "__main__":
 
     # env setup. envpool's state cannot be saved: a resumed run builds its environments with the seed
     # seed + global_step (seeds not used before), so the episodes in progress at the checkpoint are dropped.
-    envs = make_envs(env_id, args.num_envs, args.seed + run.global_step)
+    envs = environments.make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step)
     obs_shape = envs.single_observation_space.shape
     n_actions = int(envs.single_action_space.n)
     # a resumed run counts its episodes from 0 again: its own file names keep it from overwriting earlier videos
     video_prefix = "rl-video" if checkpoint is None else f"rl-video-resumed-at-{run.global_step}"
-    video = runtime.VideoRecorder(f"videos/{run.name}", video_prefix) if args.capture_video else None
-    reward_normalizer = RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
+    video = environments.VideoRecorder(f"videos/{run.name}", video_prefix) if args.capture_video else None
+    reward_normalizer = environments.RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
 
     policy = PolicyNetwork(obs_shape, n_actions).to(device)
     value_net = ValueNetwork(obs_shape).to(device)
@@ -455,9 +404,9 @@ if __name__ == "__main__":
     # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
     # above once per rollout. On a GPU they are pinned, so that copy is asynchronous; the rollout's next action copy
     # waits for it before they are written again. valid_np also tells the host which transitions are real.
-    rewards_np, dones_np = (runtime.host_array((args.num_steps, args.num_envs), np.float32, device) for _ in range(2))
-    valid_np = runtime.host_array((args.num_steps, args.num_envs), np.bool_, device)
-    staging = runtime.PinnedStaging(device)  # frames and indices reach the device without a synchronisation
+    rewards_np, dones_np = (speed.host_array((args.num_steps, args.num_envs), np.float32, device) for _ in range(2))
+    valid_np = speed.host_array((args.num_steps, args.num_envs), np.bool_, device)
+    staging = speed.PinnedStaging(device)  # frames and indices reach the device without a synchronisation
     aux = AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, obs_shape, n_actions)
 
     # Checkpoints are taken between iterations, and on a signal inside the auxiliary phase (see auxiliary_phase).
@@ -468,9 +417,6 @@ if __name__ == "__main__":
     state = {"policy": policy, "value": value_net, "optimizer": optimizer, "reward_normalizer": reward_normalizer,
              "aux": aux}
     next_obs_np, start_iteration, global_step = run.restore(envs, state, seed=None)
-    # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
-    # written before --compile existed); it must be a tensor on the device, filled in place.
-    optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
     next_obs = torch.as_tensor(next_obs_np, device=device)
     prev_done = np.zeros(args.num_envs, dtype=bool)  # the previous step ended an episode
 
@@ -495,9 +441,7 @@ if __name__ == "__main__":
     def clipped_step() -> None:
         """Clip the global gradient norm of both networks and take one Adam step. Never compiled, even inside a
         compiled update: a compiled Adam step is specialized to which parameters have gradients, and the policy
-        network's auxiliary value head has one only in the auxiliary phase, so it recompiled between the phases
-        (about a minute per compilation on this busy 2-core CPU). Eager, the clipping and step took 50 ms of a
-        730 ms update on 16 observations here, a smaller share for larger minibatches."""
+        network's auxiliary value head has one only in the auxiliary phase, so it would recompile between phases."""
         nn.utils.clip_grad_norm_(params, args.max_grad_norm)
         optimizer.step()
 
@@ -571,10 +515,8 @@ if __name__ == "__main__":
     # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written. (With
     # --e-policy != --v-value, or --n-aux-grad-accum > 1, the update or aux_update is compiled once more for the
     # other value of its bool arguments.)
-    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
-    aux_update = runtime.speed_up(aux_update, args)
-
-    aux_warmed_up = False
+    policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
+    aux_update = speed.speed_up(aux_update, args)
 
     def auxiliary_phase(iteration: int, global_step: int, next_obs: torch.Tensor, position: Optional[dict]) -> None:
         """AUXILIARY PHASE (Algorithm 1), part of a policy phase's last iteration: first record pi_old on every stored
@@ -582,8 +524,6 @@ if __name__ == "__main__":
         so every minibatch ends at a safe point: on a signal, a checkpoint holding the buffer and the position (where
         to go on: epoch, -1 while recording pi_old; the next minibatch's first index into the epoch's order; the
         order; the last epoch's losses so far), and exit. A run resumed from it passes that position back."""
-        global aux_warmed_up
-
         def part(epoch: int) -> str:
             return "recording pi_old" if epoch == -1 else f"epoch {epoch + 1}/{args.e_auxiliary}"
 
@@ -591,7 +531,7 @@ if __name__ == "__main__":
         if position is None:
             position = {"epoch": -1, "start": 0, "order": torch.arange(aux.num_rollouts), "losses": torch.zeros(0, 3)}
         else:
-            runtime.say(f"continuing the auxiliary phase: {part(position['epoch'])}, from rollout "
+            messages.say(f"continuing the auxiliary phase: {part(position['epoch'])}, from rollout "
                         f"{position['start']}/{aux.num_rollouts}")
         first_epoch, first_start = position["epoch"], position["start"]
         aux_inds = position["order"].numpy().copy()
@@ -631,7 +571,7 @@ if __name__ == "__main__":
                     if aux_epoch == args.e_auxiliary - 1:
                         last_epoch_losses.append(torch.stack(chunk_losses))
                 safe_point(aux_epoch, start + args.num_aux_rollouts)
-        aux.distilling = False
+        aux.distilling, aux.phases = False, aux.phases + 1
 
         # means over the minibatches of the last auxiliary epoch (a minibatch's loss is the sum of its chunks'); they
         # come to the host once per phase
@@ -641,11 +581,9 @@ if __name__ == "__main__":
         for key, value in aux_logged.items():
             writer.add_scalar(key, value, global_step)
         run.check_finite(aux_logged, global_step, f"iteration {iteration}")
-        if not aux_warmed_up:
-            # The first auxiliary phase of this process is a warm-up too (it compiles aux_update): the SPS clock
-            # restarts after it, so later SPS values include the auxiliary phases after the first one only.
-            run.start_clock(global_step)
-            aux_warmed_up = True
+        # The first auxiliary phase of this process is a warm-up too (it compiles aux_update): the SPS clock
+        # restarts after it, so later SPS values include the auxiliary phases after the first one only.
+        run.start_clock(global_step, restart=aux.phases == 1)
 
     position = run.resumed("aux_phase")
     if position is not None:  # the checkpoint was taken inside iteration start_iteration - 1's auxiliary phase
@@ -684,10 +622,10 @@ if __name__ == "__main__":
         for buffer, staged in ((rewards, rewards_np), (dones, dones_np), (valid, valid_np)):
             buffer.copy_(torch.from_numpy(staged), non_blocking=True)
 
-        # advantages: every episode end counts as terminal (Procgen's time limit leaves no final obs to
-        # bootstrap from, see make_envs), so terminations = dones. The reset step that follows an end
-        # gets a (meaningless) advantage of its own, but dones[t] cuts the recursion before it can leak
-        # into the finished episode, and `valid` keeps it out of every loss.
+        # advantages: every episode end counts as terminal (Procgen's time limit leaves no final obs to bootstrap
+        # from, see environments.make_procgen_envs), so terminations = dones. The reset step that follows an end gets
+        # a (meaningless) advantage of its own, but dones[t] cuts the recursion before it can leak into the finished
+        # episode, and `valid` keeps it out of every loss.
         with torch.no_grad():
             with autocast():
                 next_value = value_net(next_obs)
@@ -758,7 +696,7 @@ if __name__ == "__main__":
         if iteration == start_iteration:
             # SPS leaves out the first iteration: a warm-up that holds --compile's compilation of the policy step
             # and the update (or CUDA graph recording), which would otherwise dominate short runs; it logs no SPS.
-            run.start_clock(global_step)
+            run.start_clock(global_step, restart=True)
         run.log_sps(global_step)
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
         # out: it is legitimately NaN when the returns have zero variance.)

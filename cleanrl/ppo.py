@@ -22,56 +22,60 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
+import environments
 import runtime
-from runtime import RunArgs, fail
+import speed
+from flags import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags
+from messages import fail
 
 
+@with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
 @dataclass
-class Args(RunArgs):
+class Args:
     env_id: str = "CartPole-v1"
     """the id of the environment"""
-    total_timesteps: int = 500000
+    total_timesteps: PositiveInt = 500000
     """total environment steps of the experiment"""
-    learning_rate: float = 2.5e-4
+    learning_rate: PositiveFloat = 2.5e-4
     """the learning rate of the optimizer"""
-    num_envs: int = 4
+    num_envs: PositiveInt = 4
     """the number of parallel environments"""
-    num_steps: int = 128
+    num_steps: PositiveInt = 128
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = True
     """if toggled, the learning rate decays linearly to 0 over the run"""
-    gamma: float = 0.99
+    gamma: UnitFloat = 0.99
     """the discount factor gamma"""
-    gae_lambda: float = 0.95
+    gae_lambda: UnitFloat = 0.95
     """the lambda for the generalized advantage estimation"""
-    num_minibatches: int = 4
+    num_minibatches: PositiveInt = 4
     """the number of minibatches per update epoch"""
-    update_epochs: int = 4
+    update_epochs: PositiveInt = 4
     """the number of epochs over the rollout per update"""
     norm_adv: bool = True
     """if toggled, normalize advantages per minibatch"""
-    clip_coef: float = 0.2
+    clip_coef: PositiveFloat = 0.2
     """the surrogate clipping coefficient epsilon"""
     clip_vloss: bool = True
     """if toggled, clip the value loss as in the PPO paper's reference code"""
-    ent_coef: float = 0.01
+    ent_coef: NonNegativeFloat = 0.01
     """the coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
+    vf_coef: NonNegativeFloat = 0.5
     """the coefficient of the value loss"""
-    max_grad_norm: float = 0.5
+    max_grad_norm: PositiveFloat = 0.5
     """the maximum norm for gradient clipping"""
-    target_kl: Optional[float] = None
+    target_kl: Optional[NonNegativeFloat] = None
     """if set, stop the update epochs early once the approximate KL exceeds it"""
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int]:
     """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand (each flag's
-    own range is in runtime.FLAG_RANGES)."""
+    own range is declared beside it, in its type)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
              f"does not divide into --num-minibatches {args.num_minibatches}")
-    num_iterations = runtime.whole_iterations(args.total_timesteps, batch_size, "one batch")
+    num_iterations = whole_iterations(args.total_timesteps, batch_size, "one batch")
     return batch_size, batch_size // args.num_minibatches, num_iterations
 
 
@@ -189,22 +193,13 @@ def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Te
 
 def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Run the greedy policy for args.eval_episodes full episodes on fresh environments."""
-    envs = runtime.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
-    obs, _ = envs.reset(seed=args.seed + 10_000)
-    returns = []
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            actions = agent.act_greedy(torch.as_tensor(obs, dtype=torch.float32, device=device))
-        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[: args.eval_episodes]
+    envs = environments.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
+    return environments.evaluate_episodes(envs, agent.act_greedy, args.eval_episodes, args.seed + 10_000, device)
 
 
 def make_agent(env_id: str) -> Agent:
     """An untrained agent for env_id (--eval-only loads the saved weights into it)."""
-    env = runtime.probe_env(env_id, gym.spaces.Discrete, "ppo.py")
+    env = environments.probe_env(env_id, gym.spaces.Discrete)
     env.close()
     return Agent(int(np.prod(env.observation_space.shape)), int(env.action_space.n))
 
@@ -214,18 +209,18 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         runtime.eval_only(args, "agent", lambda _: make_agent(args.env_id), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    probe = runtime.probe_env(args.env_id, gym.spaces.Discrete, "ppo.py")
+    probe = environments.probe_env(args.env_id, gym.spaces.Discrete)
     probe.close()
     # the storage below, per step of each env: the observation and 7 float32 and a bool on the device, 3 float32 and
     # a bool staged on the host, an int64 minibatch index
-    runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
                          batch_size * (4 * int(np.prod(probe.observation_space.shape)) + 54), "a rollout storage",
                          cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 
     # env setup
-    envs = runtime.make_envs(args.env_id, args.num_envs, args.capture_video, run.name)
+    envs = environments.make_envs(args.env_id, args.num_envs, args.capture_video, run.name)
     agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n)).to(device)
     # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
     # recompiling for every new float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA
@@ -248,17 +243,14 @@ if __name__ == "__main__":
     # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
     # above once per rollout, instead of four small tensor conversions at every step. On a GPU they are pinned, so
     # that copy is asynchronous; the rollout's next action copy waits for it before the arrays are written again.
-    rewards_np, terminations_np, dones_np = (runtime.host_array((args.num_steps, args.num_envs), np.float32, device)
+    rewards_np, terminations_np, dones_np = (speed.host_array((args.num_steps, args.num_envs), np.float32, device)
                                              for _ in range(3))
-    truncated_np = runtime.host_array((args.num_steps, args.num_envs), np.bool_, device)
-    staging = runtime.PinnedStaging(device)  # observations reach the device without a synchronisation
+    truncated_np = speed.host_array((args.num_steps, args.num_envs), np.bool_, device)
+    staging = speed.PinnedStaging(device)  # observations reach the device without a synchronisation
 
     # A fresh run resets the envs; a resumed one loads what its checkpoint holds. The learning-rate schedule is a
     # function of the iteration, so the iteration is its whole state.
     next_obs, start_iteration, global_step = run.restore(envs, {"agent": agent, "optimizer": optimizer}, args.seed)
-    # a restored optimizer holds its learning rate as a CPU tensor (or a float in old checkpoints); it must be a
-    # tensor on the device, filled in place below
-    optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -278,8 +270,8 @@ if __name__ == "__main__":
 
     # --compile / --cudagraphs wrap exactly these functions; without the flags they run as written. GAE is only
     # recorded as a CUDA graph (one launch for its loop's 2 x num_steps ops), not compiled: dynamo would unroll it.
-    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
-    gae = runtime.speed_up(compute_gae, args, compile=False)
+    policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
+    gae = speed.speed_up(compute_gae, args, compile=False)
 
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
@@ -367,10 +359,8 @@ if __name__ == "__main__":
             writer.add_scalar(key, value, global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        if iteration == start_iteration:
-            # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
-            # recording), which would otherwise dominate short runs; it logs no SPS.
-            run.start_clock(global_step)
+        # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph recording)
+        run.start_clock(global_step)
         run.log_sps(global_step)
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
         # out: it is legitimately NaN when the returns have zero variance.)

@@ -8,7 +8,7 @@ https://iclr-blog-track.github.io/2022/03/25/ppo-implementation-details/.
 
 Environments come from ale-py's native C++ vector env (default, `--env-backend ale-vector`) or from
 gymnasium wrappers over `gym.make` (`--env-backend gymnasium`); both give the same preprocessing (see
-`runtime.make_atari_envs`). Learning uses sign-clipped rewards and ends an episode at every lost life, while
+`environments.make_atari_envs`). Learning uses sign-clipped rewards and ends an episode at every lost life, while
 charts/episodic_return is the real game score of a whole game (all lives).
 
 Run:
@@ -28,71 +28,78 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
+import environments
 import runtime
-from runtime import ATARI_BACKENDS, RunArgs, fail
+import speed
+from environments import ATARI_BACKENDS
+from flags import (
+    NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags,
+)
+from messages import fail
 
 
+@with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
 @dataclass
-class Args(RunArgs):
+class Args:
     amp: bool = False
     """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
-    eval_max_frames: Optional[int] = None
+    eval_max_frames: Optional[PositiveInt] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
     """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
-    total_timesteps: int = 10000000
+    total_timesteps: PositiveInt = 10000000
     """total environment steps of the experiment (agent steps; each is 4 emulator frames)"""
-    learning_rate: float = 2.5e-4
+    learning_rate: PositiveFloat = 2.5e-4
     """the learning rate of the optimizer"""
-    num_envs: int = 8
+    num_envs: PositiveInt = 8
     """the number of parallel environments"""
-    num_steps: int = 128
+    num_steps: PositiveInt = 128
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = True
     """if toggled, the learning rate decays linearly to 0 over the run"""
-    gamma: float = 0.99
+    gamma: UnitFloat = 0.99
     """the discount factor gamma"""
-    gae_lambda: float = 0.95
+    gae_lambda: UnitFloat = 0.95
     """the lambda for the generalized advantage estimation"""
-    num_minibatches: int = 4
+    num_minibatches: PositiveInt = 4
     """the number of minibatches per update epoch"""
-    update_epochs: int = 4
+    update_epochs: PositiveInt = 4
     """the number of epochs over the rollout per update"""
     norm_adv: bool = True
     """if toggled, normalize advantages per minibatch"""
-    clip_coef: float = 0.1
+    clip_coef: PositiveFloat = 0.1
     """the surrogate clipping coefficient epsilon"""
     clip_vloss: bool = True
     """if toggled, clip the value loss as in the PPO paper's reference code"""
-    ent_coef: float = 0.01
+    ent_coef: NonNegativeFloat = 0.01
     """the coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
+    vf_coef: NonNegativeFloat = 0.5
     """the coefficient of the value loss"""
-    max_grad_norm: float = 0.5
+    max_grad_norm: PositiveFloat = 0.5
     """the maximum norm for gradient clipping"""
-    target_kl: Optional[float] = None
+    target_kl: Optional[NonNegativeFloat] = None
     """if set, stop the update epochs early once the approximate KL exceeds it"""
-    torch_threads: int = 0
+    torch_threads: NonNegativeInt = 0
     """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
     (the Nature CNN gains from a second core); a number for bit-identical reruns"""
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int]:
     """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand (each flag's
-    own range is in runtime.FLAG_RANGES)."""
+    own range is declared beside it, in its type)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
              f"does not divide into --num-minibatches {args.num_minibatches}")
-    num_iterations = runtime.whole_iterations(args.total_timesteps, batch_size, "one batch")
+    num_iterations = whole_iterations(args.total_timesteps, batch_size, "one batch")
     return batch_size, batch_size // args.num_minibatches, num_iterations
 
 
 def check_env(args: Args) -> None:
     """Fail in one line, before any work starts, on an id that is not a supported Atari game or a bad backend."""
-    runtime.atari_emulator_settings(args.env_id)
+    environments.atari_emulator_settings(args.env_id)
     if args.env_backend not in ATARI_BACKENDS:
         fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
 
@@ -174,25 +181,51 @@ def compute_gae(
     return advantages, advantages + values
 
 
+def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Tensor, mb_logprobs: torch.Tensor,
+             mb_advantages: torch.Tensor, mb_returns: torch.Tensor, mb_values: torch.Tensor, args: Args):
+    """The PPO objective on one minibatch (all inputs (minibatch,)): returns (loss, pg_loss, v_loss, entropy_loss,
+    old_approx_kl, approx_kl, clipfrac); the loss is what the optimizer minimizes."""
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+
+    with torch.no_grad():
+        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+    if args.norm_adv:
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+    # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - mb_returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+    return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+
+
 def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Real game scores of args.eval_episodes whole games on a fresh env, actions sampled from the policy.
 
     Sampling, not argmax: a greedy Atari policy can get stuck (e.g. never pressing FIRE after a lost life in
     Breakout), which makes a game last until the frame limit.
     """
-    envs = runtime.make_atari_envs(
+    envs = environments.make_atari_envs(
         args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
     )
-    obs, _ = envs.reset(seed=args.seed + 10_000)
-    returns = []
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            actions, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
-        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[: args.eval_episodes]
+    return environments.evaluate_episodes(envs, lambda x: agent.get_action_and_value(x)[0],
+                                          args.eval_episodes, args.seed + 10_000, device, dtype=None)
 
 
 def make_agent(args: Args) -> Agent:
@@ -200,7 +233,7 @@ def make_agent(args: Args) -> Agent:
     own env id, a bare .cleanrl_model is evaluated on --env-id; --env-backend, --eval-max-frames, --seed and
     --capture-video come from the command line."""
     check_env(args)
-    probe = runtime.make_atari_envs(args.env_id, 1, args.env_backend)
+    probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
     agent = Agent(int(probe.single_action_space.n))
     probe.close()
     return agent
@@ -214,7 +247,7 @@ if __name__ == "__main__":
     check_env(args)
     # the storage below, per step of each env: a uint8 4x84x84 observation, an int64 action, 6 float32 and a bool on
     # the device, 3 float32 and a bool staged on the host, an int64 minibatch index
-    runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
                          batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 13 + 8), "a rollout storage", cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
@@ -223,7 +256,7 @@ if __name__ == "__main__":
     torch.backends.cuda.matmul.allow_tf32 = True
 
     # env setup
-    envs = runtime.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
+    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
@@ -247,10 +280,10 @@ if __name__ == "__main__":
     # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
     # above once per rollout, instead of four small copies at every step. On a GPU they are pinned, so that copy is
     # asynchronous; the rollout's next action copy waits for it before they are written again.
-    rewards_np, terminations_np, dones_np = (runtime.host_array((args.num_steps, args.num_envs), np.float32, device)
+    rewards_np, terminations_np, dones_np = (speed.host_array((args.num_steps, args.num_envs), np.float32, device)
                                              for _ in range(3))
-    truncated_np = runtime.host_array((args.num_steps, args.num_envs), np.bool_, device)
-    staging = runtime.PinnedStaging(device)  # frames reach the device without a synchronisation
+    truncated_np = speed.host_array((args.num_steps, args.num_envs), np.bool_, device)
+    staging = speed.PinnedStaging(device)  # frames reach the device without a synchronisation
 
     # A fresh run resets the envs. Neither backend's state can be saved (ale-py's vector env is C++, gymnasium's
     # AtariEnv pickles by re-construction), so on resume the games in progress at the checkpoint are dropped (never
@@ -258,9 +291,6 @@ if __name__ == "__main__":
     # an uninterrupted run. The learning-rate schedule is a function of the iteration, so the iteration is its
     # whole state.
     next_obs, start_iteration, global_step = run.restore(envs, {"agent": agent, "optimizer": optimizer}, args.seed)
-    # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
-    # written before --compile existed); it must be a tensor on the device, filled in place below.
-    optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
     next_obs = torch.as_tensor(next_obs, device=device)
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -273,34 +303,8 @@ if __name__ == "__main__":
         # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
             _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
-        logratio = newlogprob - mb_logprobs
-        ratio = logratio.exp()
-
-        with torch.no_grad():
-            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-            old_approx_kl = (-logratio).mean()
-            approx_kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-
-        if args.norm_adv:
-            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-        # clipped surrogate objective, Eq. (7), Schulman et al. 2017
-        pg_loss1 = -mb_advantages * ratio
-        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-        newvalue = newvalue.view(-1)
-        if args.clip_vloss:
-            v_loss_unclipped = (newvalue - mb_returns) ** 2
-            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-            v_loss_clipped = (v_clipped - mb_returns) ** 2
-            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-        else:
-            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
-
-        entropy_loss = entropy.mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+        loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = ppo_loss(
+            newlogprob, entropy, newvalue.view(-1), mb_logprobs, mb_advantages, mb_returns, mb_values, args)
 
         optimizer.zero_grad()
         loss.backward()
@@ -310,8 +314,8 @@ if __name__ == "__main__":
 
     # --compile / --cudagraphs wrap exactly these functions; without the flags they run as written. GAE is only
     # recorded as a CUDA graph (one launch for its loop's 2 x num_steps ops), not compiled: dynamo would unroll it.
-    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
-    gae = runtime.speed_up(compute_gae, args, compile=False)
+    policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
+    gae = speed.speed_up(compute_gae, args, compile=False)
 
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
@@ -400,10 +404,8 @@ if __name__ == "__main__":
             writer.add_scalar(key, value, global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        if iteration == start_iteration:
-            # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
-            # recording), which would otherwise dominate short runs; it logs no SPS.
-            run.start_clock(global_step)
+        # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph recording)
+        run.start_clock(global_step)
         run.log_sps(global_step)
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
         # out: it is legitimately NaN when the returns have zero variance.)

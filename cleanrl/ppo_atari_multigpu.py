@@ -19,29 +19,32 @@ Run:
     python cleanrl/ppo_atari_multigpu.py --help
 """
 
-import atexit
 import hashlib
-import os
 from dataclasses import dataclass
 from typing import Literal, Optional
 
 import numpy as np
 import torch
-import torch._dynamo  # noqa: F401  before the process group forms: see destroy_process_group below
 import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
+import checkpoints
+import environments
+import messages
 import runtime
-from runtime import RunArgs, fail
+import speed
+from flags import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags
+from messages import fail
 
 
+@with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
 @dataclass
-class Args(RunArgs):
+class Args:
     amp: bool = False
     """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
-    eval_max_frames: Optional[int] = None
+    eval_max_frames: Optional[PositiveInt] = None
     """if set, cut each evaluation game after this many emulator frames (None: the id's own limit, 108000)"""
     backend: Optional[Literal["nccl", "gloo"]] = None
     """the torch.distributed backend; None picks nccl when the processes use CUDA and gloo on CPU"""
@@ -49,37 +52,37 @@ class Args(RunArgs):
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
     """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
-    total_timesteps: int = 10000000
+    total_timesteps: PositiveInt = 10000000
     """total environment steps of the experiment, all ranks together (agent steps; each is 4 emulator frames)"""
-    learning_rate: float = 2.5e-4
+    learning_rate: PositiveFloat = 2.5e-4
     """the learning rate of the optimizer"""
-    num_envs: int = 8
+    num_envs: PositiveInt = 8
     """the number of parallel environments over ALL ranks; each rank steps num_envs / world size of them"""
-    num_steps: int = 128
+    num_steps: PositiveInt = 128
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = True
     """if toggled, the learning rate decays linearly to 0 over the run"""
-    gamma: float = 0.99
+    gamma: UnitFloat = 0.99
     """the discount factor gamma"""
-    gae_lambda: float = 0.95
+    gae_lambda: UnitFloat = 0.95
     """the lambda for the generalized advantage estimation"""
-    num_minibatches: int = 4
+    num_minibatches: PositiveInt = 4
     """the number of minibatches per update epoch (each one is split evenly over the ranks)"""
-    update_epochs: int = 4
+    update_epochs: PositiveInt = 4
     """the number of epochs over the rollout per update"""
     norm_adv: bool = True
     """if toggled, normalize advantages per minibatch (with the statistics of the global minibatch)"""
-    clip_coef: float = 0.1
+    clip_coef: PositiveFloat = 0.1
     """the surrogate clipping coefficient epsilon"""
     clip_vloss: bool = True
     """if toggled, clip the value loss as in the PPO paper's reference code"""
-    ent_coef: float = 0.01
+    ent_coef: NonNegativeFloat = 0.01
     """the coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
+    vf_coef: NonNegativeFloat = 0.5
     """the coefficient of the value loss"""
-    max_grad_norm: float = 0.5
+    max_grad_norm: PositiveFloat = 0.5
     """the maximum norm for gradient clipping"""
-    target_kl: Optional[float] = None
+    target_kl: Optional[NonNegativeFloat] = None
     """if set, stop the update epochs early once the approximate KL (averaged over ranks) exceeds it"""
 
 
@@ -87,7 +90,7 @@ def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
     """Per-rank sizes follow from the global flags; they are checked here, never set by hand. Returns
     (envs_per_rank, local_batch_size, local_minibatch_size, num_iterations). The global batch is num_envs * num_steps;
     each rank holds envs_per_rank * num_steps of it, and each global minibatch is one local minibatch of every rank.
-    Each flag's own range is in runtime.FLAG_RANGES."""
+    Each flag's own range is declared beside it, in its type."""
     if args.num_envs % world_size != 0:
         fail(f"--num-envs {args.num_envs} (all ranks together) does not divide evenly over {world_size} ranks")
     envs_per_rank = args.num_envs // world_size
@@ -96,15 +99,15 @@ def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
         fail(f"the batch of one rank (--num-envs {args.num_envs} / {world_size} ranks x --num-steps {args.num_steps}"
              f" = {local_batch_size}) does not divide into --num-minibatches {args.num_minibatches}")
     global_batch_size = args.num_envs * args.num_steps
-    num_iterations = runtime.whole_iterations(args.total_timesteps, global_batch_size, "one batch")
+    num_iterations = whole_iterations(args.total_timesteps, global_batch_size, "one batch")
     return envs_per_rank, local_batch_size, local_batch_size // args.num_minibatches, num_iterations
 
 
 def check_atari_args(args: Args) -> None:
     """The env id and the backend (training and --eval-only)."""
-    runtime.atari_emulator_settings(args.env_id)
-    if args.env_backend not in runtime.ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(runtime.ATARI_BACKENDS)}")
+    environments.atari_emulator_settings(args.env_id)
+    if args.env_backend not in environments.ATARI_BACKENDS:
+        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(environments.ATARI_BACKENDS)}")
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -273,6 +276,38 @@ def parameter_checksum(module: nn.Module) -> str:
     return h.hexdigest()
 
 
+def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Tensor, mb_logprobs: torch.Tensor,
+             mb_advantages: torch.Tensor, mb_returns: torch.Tensor, mb_values: torch.Tensor, args: Args):
+    """The PPO objective on one rank's local minibatch (all inputs (minibatch,)), whose advantages are already
+    normalized with the global minibatch's statistics: returns (loss, pg_loss, v_loss, entropy_loss, old_approx_kl,
+    approx_kl, clipfrac); the loss is what the optimizer minimizes."""
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+
+    with torch.no_grad():
+        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+    # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - mb_returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+    return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+
+
 def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Real game scores of args.eval_episodes whole games on a fresh env, actions sampled from the policy.
 
@@ -280,24 +315,16 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
     Breakout), which makes a game last until the frame limit. With --eval-only, --env-backend,
     --eval-max-frames, --seed and --capture-video come from the command line; videos go to videos/{name}-eval.
     """
-    envs = runtime.make_atari_envs(args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval",
+    envs = environments.make_atari_envs(args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval",
                                    max_frames=args.eval_max_frames)
-    obs, _ = envs.reset(seed=args.seed + 10_000)
-    returns = []
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            actions, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
-        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[: args.eval_episodes]
+    return environments.evaluate_episodes(envs, lambda x: agent.get_action_and_value(x)[0],
+                                          args.eval_episodes, args.seed + 10_000, device, dtype=None)
 
 
 def make_agent(args: Args) -> Agent:
     """An untrained agent for args.env_id (--eval-only loads the saved weights into it)."""
     check_atari_args(args)
-    probe = runtime.make_atari_envs(args.env_id, 1, args.env_backend)
+    probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
     return Agent(n_actions)
@@ -309,7 +336,7 @@ def per_rank_states(envs, world_size: int, save_model: bool) -> dict:
     replace the run's own "rng" and "envs" entries with lists indexed by rank (each rank resumes its own streams)."""
     if not save_model:
         return {}
-    states = gather_per_rank((runtime.rng_state(), runtime.env_state(envs)[0]), world_size)
+    states = gather_per_rank((checkpoints.rng_state(), checkpoints.env_state(envs)[0]), world_size)
     return {"rng": [rng for rng, _ in states], "envs": [env for _, env in states]}
 
 
@@ -329,35 +356,20 @@ if __name__ == "__main__":
     if args.cuda and torch.cuda.is_available() and local_rank >= torch.cuda.device_count():
         fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
     # one GPU per process, chosen by LOCAL_RANK and made current (else NCCL would use GPU 0 in every process)
-    device = runtime.pick_device(args, local_rank)
+    device = speed.pick_device(args, local_rank)
     # On a GPU the dense layers' matmuls run in TF32 (a 10-bit mantissa on tensor cores), as cuDNN's convolutions
     # already do by default: PPO's gradients are far noisier than that rounding.
     torch.backends.cuda.matmul.allow_tf32 = True
-    backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
-    if backend == "nccl" and device.type != "cuda":
-        fail("--backend nccl needs CUDA; use --backend gloo (the default on CPU)")
+    # join the group (NCCL on GPUs, gloo on CPUs, unless --backend says); blocks until all WORLD_SIZE ranks joined
+    backend = runtime.init_process_group(args.backend, rank, world_size, device)
     if world_size > 1:
-        # Rendezvous at MASTER_ADDR:MASTER_PORT (set by torchrun); blocks until all WORLD_SIZE ranks joined. torchrun
-        # keeps one key-value store for all restarts of a job, where the ranks publish their addresses; without a
-        # prefix per restart, a restarted rank can read a dead rank's address from the failed attempt and fail to
-        # connect (seen here with gloo after --max-restarts restarted a killed rank).
-        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size))
-        store = dist.PrefixStore(f"restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
-        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size,
-                                device_id=device if device.type == "cuda" else None)
-        # At any exit, also on an error, this rank leaves the group cleanly; torchrun then stops the other ranks.
-        # Leaving joins the group's worker threads while the interpreter is still alive. (torch._dynamo, which
-        # building Adam imports, is imported at the top: imported after this point it keeps the group alive past
-        # destroy_process_group, and a gloo thread releasing the last collective's tensors during interpreter
-        # shutdown then aborts the rank: "terminate called without an active exception", seen on torch 2.13.)
-        atexit.register(dist.destroy_process_group)
         # Only rank 0 reads runs/ (on a multi-node job only node 0 has it) and sends the flags and checkpoint to all.
         args, checkpoint = runtime.broadcast_resume(Args, args, rank)
     envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
     check_atari_args(args)
     # this rank's storage, per step of each of its envs: a uint8 4x84x84 observation, an int64 action, 6 float32 and
     # a bool on the device, 3 float32 and a bool staged on the host, an int64 minibatch index
-    runtime.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank",
+    speed.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank",
                          local_batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 13 + 8), "a rollout storage", cuda=args.cuda)
     if checkpoint is not None:
         # the checkpoint holds every rank's generators and env states; this rank takes back its own
@@ -374,11 +386,11 @@ if __name__ == "__main__":
     # seeded seed, ..., seed + num_envs - 1, as if one process stepped all num_envs of them.
     runtime.seed_everything(args.seed + rank, args.torch_deterministic)
     env_seed = args.seed + rank * envs_per_rank
-    runtime.say(f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
+    messages.say(f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
                 f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}")
 
     # env setup: this rank's share of the environments; only rank 0 records video
-    envs = runtime.make_atari_envs(args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0,
+    envs = environments.make_atari_envs(args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0,
                                    run.name)
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
@@ -403,18 +415,15 @@ if __name__ == "__main__":
     # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
     # above once per rollout, instead of four small copies at every step. On a GPU they are pinned, so that copy is
     # asynchronous; the rollout's next action copy waits for it before they are written again.
-    rewards_np, terminations_np, dones_np = (runtime.host_array((args.num_steps, envs_per_rank), np.float32, device)
+    rewards_np, terminations_np, dones_np = (speed.host_array((args.num_steps, envs_per_rank), np.float32, device)
                                              for _ in range(3))
-    truncated_np = runtime.host_array((args.num_steps, envs_per_rank), np.bool_, device)
-    staging = runtime.PinnedStaging(device)  # frames reach the device without a synchronisation
+    truncated_np = speed.host_array((args.num_steps, envs_per_rank), np.bool_, device)
+    staging = speed.PinnedStaging(device)  # frames reach the device without a synchronisation
 
     # A resumed run loads the same weights and optimizer state on every rank, so the replicas are identical again;
     # the games in progress are dropped (no Atari env state can be saved). global_step counts the environment steps
     # of ALL ranks (in lockstep). The learning-rate schedule is a function of the iteration, its whole state.
     next_obs, start_iteration, global_step = run.restore(envs, {"agent": agent, "optimizer": optimizer}, env_seed)
-    # a restored optimizer holds its learning rate as a CPU tensor (or a float in old checkpoints); it must be a
-    # tensor on the device, filled in place below
-    optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
     next_obs = torch.as_tensor(next_obs, device=device)
     rank_games = 0  # games finished on this rank's envs, for the last line it prints
 
@@ -430,31 +439,8 @@ if __name__ == "__main__":
         # --amp: only the forward pass is autocast; the losses are float32 and backward runs outside autocast
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
             _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
-        logratio = newlogprob - mb_logprobs
-        ratio = logratio.exp()
-
-        with torch.no_grad():
-            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-            old_approx_kl = (-logratio).mean()
-            approx_kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-
-        # clipped surrogate objective, Eq. (7), Schulman et al. 2017
-        pg_loss1 = -mb_advantages * ratio
-        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-        newvalue = newvalue.view(-1)
-        if args.clip_vloss:
-            v_loss_unclipped = (newvalue - mb_returns) ** 2
-            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-            v_loss_clipped = (v_clipped - mb_returns) ** 2
-            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-        else:
-            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
-
-        entropy_loss = entropy.mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+        loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = ppo_loss(
+            newlogprob, entropy, newvalue.view(-1), mb_logprobs, mb_advantages, mb_returns, mb_values, args)
 
         optimizer.zero_grad(set_to_none=False)  # zeroes the gradient buffers allocated below, in place
         loss.backward()  # adds into them
@@ -472,9 +458,9 @@ if __name__ == "__main__":
     # all-reduces in the same order as in the plain path.
     # GAE is only recorded as a CUDA graph (one launch for its loop's 2 x num_steps ops), not compiled: dynamo would
     # unroll the loop.
-    policy_step, grad_step = runtime.speed_up(policy_step, args), runtime.speed_up(grad_step, args)
-    optimizer_step = runtime.speed_up(optimizer_step, args)
-    gae = runtime.speed_up(compute_gae, args, compile=False)
+    policy_step, grad_step = speed.speed_up(policy_step, args), speed.speed_up(grad_step, args)
+    optimizer_step = speed.speed_up(optimizer_step, args)
+    gae = speed.speed_up(compute_gae, args, compile=False)
     # The gradients live in buffers allocated once, here, that backward adds into: with --cudagraphs a gradient
     # handed over by the captured backward would be graph memory, which the next captured call (optimizer_step)
     # may overwrite before it reads it. The values are those of set_to_none gradients (0 + g = g).
@@ -496,7 +482,7 @@ if __name__ == "__main__":
             actions[step] = action
             logprobs[step] = logprob
 
-            # rewards are sign-clipped and a lost life terminates (see runtime.AtariGameStatistics); the game goes on
+            # rewards are sign-clipped and a lost life terminates (environments.AtariGameStatistics); the game goes on
             next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
             rewards_np[step] = reward
             terminations_np[step] = term
@@ -588,10 +574,8 @@ if __name__ == "__main__":
             writer.add_scalar("losses/clipfrac", logged[5], global_step)
             writer.add_scalar("losses/explained_variance", logged[6], global_step)
             writer.add_scalar("charts/update_epochs", epoch + 1, global_step)
-        if iteration == start_iteration:
-            # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
-            # recording), which would otherwise dominate short runs; it logs no SPS.
-            run.start_clock(global_step)
+        # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph recording)
+        run.start_clock(global_step)
         run.log_sps(global_step)  # global steps (all ranks) per second of rank 0's wall clock
         # Checked before any save, so a checkpoint never holds NaN or inf. The losses are the rank-averaged ones and
         # the replicas' parameters are identical, so every rank finds the same answer without a collective and all
@@ -609,4 +593,4 @@ if __name__ == "__main__":
     # equal checksums on all ranks mean the replicas never drifted apart
     for r, (games, checksum) in enumerate(gather_per_rank((rank_games, parameter_checksum(agent)), world_size)):
         if rank == 0:
-            runtime.say(f"rank {r}/{world_size}: {games} games finished, parameter checksum {checksum}")
+            messages.say(f"rank {r}/{world_size}: {games} games finished, parameter checksum {checksum}")

@@ -26,70 +26,77 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-from gymnasium.vector.utils import batch_space
-from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
+import checkpoints
+import environments
+import flags
+import messages
 import runtime
-from runtime import RunArgs, fail
+import speed
+from flags import (
+    NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags,
+)
+from messages import fail
 
 
+@with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
 @dataclass
-class Args(RunArgs):
+class Args:
     env_id: str = "HalfCheetah-v5"
     """the id of the environment (its action space must be a bounded Box)"""
-    total_timesteps: int = 1000000
+    total_timesteps: PositiveInt = 1000000
     """total environment steps of the experiment"""
-    learning_rate: float = 3e-4
+    learning_rate: PositiveFloat = 3e-4
     """the learning rate of the optimizer"""
-    num_envs: int = 1
+    num_envs: PositiveInt = 1
     """the number of parallel environments"""
-    num_steps: int = 2048
+    num_steps: PositiveInt = 2048
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = True
     """if toggled, the learning rate decays linearly to 0 over the run"""
-    gamma: float = 0.99
+    gamma: UnitFloat = 0.99
     """the discount factor gamma (also the discount of the return whose running std scales the rewards)"""
-    gae_lambda: float = 0.95
+    gae_lambda: UnitFloat = 0.95
     """the lambda for the generalized advantage estimation"""
-    num_minibatches: int = 32
+    num_minibatches: PositiveInt = 32
     """the number of minibatches per update epoch"""
-    update_epochs: int = 10
+    update_epochs: PositiveInt = 10
     """the number of epochs over the rollout per update"""
     norm_adv: bool = True
     """if toggled, normalize advantages per minibatch"""
-    clip_coef: float = 0.2
+    clip_coef: PositiveFloat = 0.2
     """the surrogate clipping coefficient epsilon"""
     clip_vloss: bool = True
     """if toggled, clip the value loss as in the PPO paper's reference code"""
-    ent_coef: float = 0.0
+    ent_coef: NonNegativeFloat = 0.0
     """the coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
+    vf_coef: NonNegativeFloat = 0.5
     """the coefficient of the value loss"""
-    max_grad_norm: float = 0.5
+    max_grad_norm: PositiveFloat = 0.5
     """the maximum norm for gradient clipping"""
-    target_kl: Optional[float] = None
+    target_kl: Optional[NonNegativeFloat] = None
     """if set, stop the update epochs early once the approximate KL exceeds it"""
-    torch_threads: int = 0
+    torch_threads: NonNegativeInt = 0
     """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
     (it gains from a second core); a number for bit-identical reruns"""
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int]:
     """Batch sizes and iteration count follow from the flags; they are checked here, never set by hand (each flag's
-    own range is in runtime.FLAG_RANGES)."""
+    own range is declared beside it, in its type)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
              f"does not divide into --num-minibatches {args.num_minibatches}")
-    num_iterations = runtime.whole_iterations(args.total_timesteps, batch_size, "one batch")
+    num_iterations = whole_iterations(args.total_timesteps, batch_size, "one batch")
     return batch_size, batch_size // args.num_minibatches, num_iterations
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
     """The policy is a Gaussian over a flat bounded Box and the networks read a flat Box observation."""
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        fail(f"{env_id} has action space {action_space}; ppo_continuous_action.py supports flat Box actions only")
+        fail(f"{env_id} has action space {action_space}; {flags.script_name(Args)} supports flat Box actions only")
     if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
         fail(f"{env_id} has an unbounded action space {action_space}; actions are clipped to finite bounds")
     if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
@@ -196,103 +203,56 @@ def compute_gae(
     return advantages, advantages + values
 
 
-def normalize_obs(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float, clip: float) -> np.ndarray:
-    """(obs - mean) / sqrt(var + epsilon), clipped to [-clip, clip], as float32."""
-    return np.clip((obs - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
-
-
-class RunningMeanStdOfOne(RunningMeanStd):
-    """gymnasium's RunningMeanStd, with a shortcut for a batch of one (one env, the default): its mean is the row
-    itself and its variance 0, the very values np.mean and np.var return, without their cost at every step."""
-
-    def update(self, x: np.ndarray) -> None:
-        if len(x) == 1:
-            self.update_from_moments(x[0], np.zeros_like(x[0]), 1)
-        else:
-            super().update(x)
-
-
-class NormalizeObservation(gym.vector.VectorWrapper):
-    """Running mean/std normalization and clipping of a vector env's observations, for same-step autoreset.
-
-    gymnasium 1.4's gym.wrappers.vector.NormalizeObservation refuses same-step autoreset: above such an env it
-    would normalize the returned observations but leave info["final_obs"] raw, and a truncated episode would
-    bootstrap from V(raw final obs), an input on a scale the value network never sees. This wrapper also
-    normalizes every info["final_obs"] entry, with the very statistics that normalized this step's
-    observations (final observations do not update them). `obs_rms` (mean, var, count) is the state to save;
-    `update_running_mean = False` freezes it, as in evaluation.
-    """
-
-    def __init__(self, env: gym.vector.VectorEnv, clip: float = 10.0, epsilon: float = 1e-8):
-        super().__init__(env)
-        self.clip, self.epsilon = clip, epsilon
-        self.obs_rms = RunningMeanStdOfOne(shape=self.env.single_observation_space.shape)
-        self.update_running_mean = True
-        self.single_observation_space = gym.spaces.Box(-clip, clip, self.env.single_observation_space.shape, np.float32)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-
-    def normalize(self, obs: np.ndarray) -> np.ndarray:
-        return normalize_obs(obs, self.obs_rms.mean, self.obs_rms.var, self.epsilon, self.clip)
-
-    def reset(self, *, seed=None, options=None):
-        obs, infos = self.env.reset(seed=seed, options=options)
-        if self.update_running_mean:
-            self.obs_rms.update(obs)
-        return self.normalize(obs), infos
-
-    def step(self, actions):
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        if self.update_running_mean:
-            self.obs_rms.update(obs)
-        if "final_obs" in infos:
-            final_obs = infos["final_obs"].copy()  # object array, one entry per env, set where "_final_obs"
-            for i in np.nonzero(infos["_final_obs"])[0]:
-                final_obs[i] = self.normalize(final_obs[i])
-            infos["final_obs"] = final_obs
-        return self.normalize(obs), rewards, terminations, truncations, infos
-
-
-def make_envs(
-    args: Args, run_name: str, capture_video: bool
-) -> tuple[gym.vector.VectorEnv, NormalizeObservation, gym.wrappers.vector.NormalizeReward]:
+def make_envs(args: Args, run_name: str, capture_video: bool) -> tuple[gym.vector.VectorEnv, ...]:
     """The training envs, and the two wrappers whose running statistics are part of the trained agent."""
     # Same-step autoreset (truncated episodes bootstrap from info["final_obs"]); the episode statistics are
     # innermost, so the logged episodic returns are the environment's own rewards, not the scaled ones.
-    envs = runtime.make_envs(args.env_id, args.num_envs, capture_video, run_name)
+    envs = environments.make_envs(args.env_id, args.num_envs, capture_video, run_name)
     # The Gaussian samples unbounded actions; the env gets them clipped to its bounds, while the
     # unclipped sample is what is stored and scored by the log-probability.
     envs = gym.wrappers.vector.ClipAction(envs)
     # One set of statistics shared by all envs (computed over the batch), clipped to [-10, 10].
-    obs_norm = NormalizeObservation(envs, clip=10.0)
+    obs_norm = environments.NormalizeObservation(envs, clip=10.0)
     # Rewards divided by the running std of the discounted return (gamma as in the update), then clipped.
     # gymnasium's vector NormalizeReward supports SAME_STEP: it restarts the return in the done step.
     reward_norm = gym.wrappers.vector.NormalizeReward(obs_norm, gamma=args.gamma)
-    reward_norm.return_rms = RunningMeanStdOfOne(shape=())
+    reward_norm.return_rms = environments.RunningMeanStdOfOne(shape=())
     envs = gym.wrappers.vector.ClipReward(reward_norm, -10.0, 10.0)
     return envs, obs_norm, reward_norm
 
 
-def rms_state(rms: RunningMeanStd) -> dict:
-    """RunningMeanStd as tensors, so the checkpoint loads with torch.load(weights_only=True)."""
-    return {"mean": torch.as_tensor(rms.mean), "var": torch.as_tensor(rms.var), "count": float(rms.count)}
+def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Tensor, mb_logprobs: torch.Tensor,
+             mb_advantages: torch.Tensor, mb_returns: torch.Tensor, mb_values: torch.Tensor, args: Args):
+    """The PPO objective on one minibatch (all inputs (minibatch,)): returns (loss, pg_loss, v_loss, entropy_loss,
+    old_approx_kl, approx_kl, clipfrac); the loss is what the optimizer minimizes."""
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
 
+    with torch.no_grad():
+        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
 
-def load_rms_state(rms: RunningMeanStd, state: dict) -> None:
-    rms.mean, rms.var, rms.count = state["mean"].numpy(), state["var"].numpy(), state["count"]
+    if args.norm_adv:
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
+    # clipped surrogate objective, Eq. (7), Schulman et al. 2017
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-class Statistics:
-    """A checkpoint entry for one normalization wrapper's RunningMeanStd (`obs_rms` or `return_rms`), read from
-    the wrapper at save and load time: a restored environment state replaces the wrapper's object."""
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - mb_returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
 
-    def __init__(self, wrapper: gym.vector.VectorWrapper, name: str):
-        self.wrapper, self.name = wrapper, name
-
-    def state_dict(self) -> dict:
-        return rms_state(getattr(self.wrapper, self.name))
-
-    def load_state_dict(self, state: dict) -> None:
-        load_rms_state(getattr(self.wrapper, self.name), state)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+    return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
 
 
 def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -> list[float]:
@@ -301,25 +261,16 @@ def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -
     Everything comes from the checkpoint: the weights and the observation statistics, which stay frozen.
     The returns are the environment's own rewards (no reward scaling here).
     """
-    checkpoint = runtime.read_torch_file(model_path, "model")  # statistics are used as numpy
-    envs = runtime.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
+    checkpoint = checkpoints.read_torch_file(model_path, "model")  # statistics are used as numpy
+    envs = environments.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
     envs = gym.wrappers.vector.ClipAction(envs)
-    envs = NormalizeObservation(envs, clip=10.0)
-    load_rms_state(envs.obs_rms, checkpoint["obs_rms"])
+    envs = environments.NormalizeObservation(envs, clip=10.0)
+    environments.load_rms_state(envs.obs_rms, checkpoint["obs_rms"])
     envs.update_running_mean = False
     agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(np.prod(envs.single_action_space.shape)))
     agent.load_state_dict(checkpoint["agent"])
     agent.to(device).eval()
-    obs, _ = envs.reset(seed=args.seed + 10_000)
-    returns = []
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            actions = agent.act_deterministic(torch.as_tensor(obs, dtype=torch.float32, device=device))
-        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[: args.eval_episodes]
+    return environments.evaluate_episodes(envs, agent.act_deterministic, args.eval_episodes, args.seed + 10_000, device)
 
 
 # Not runtime.eval_only: this policy is its weights plus the frozen observation statistics (obs_rms), which the
@@ -334,17 +285,17 @@ def evaluate_saved(args: Args) -> list[float]:
     if path.endswith(".cleanrl_model"):
         name = os.path.basename(os.path.dirname(os.path.abspath(path)))
     else:
-        checkpoint = runtime.load_checkpoint(path, "ppo_continuous_action.py")
+        checkpoint = checkpoints.load_checkpoint(path, flags.script_name(Args))
         name, args.env_id = checkpoint["run_name"], checkpoint["args"]["env_id"]
     if args.eval_episodes < 1:
         fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
     check_env(args.env_id)
     runtime.seed_everything(args.seed, args.torch_deterministic)
-    device = runtime.pick_device(args)
+    device = speed.pick_device(args)
     try:
         return runtime.evaluate_only(lambda: evaluate(path, args, name, device), args)
     except (OSError, RuntimeError, EOFError, KeyError, TypeError) as e:
-        fail(f"{path} does not hold a ppo_continuous_action.py model for {args.env_id}: {runtime.first_line(e)}")
+        fail(f"{path} does not hold a {flags.script_name(Args)} model for {args.env_id}: {messages.first_line(e)}")
 
 
 if __name__ == "__main__":
@@ -358,7 +309,7 @@ if __name__ == "__main__":
     probe = check_env(args.env_id)
     # the storage below, per step of each env: the observation, the action, 7 float32 and a bool on the device, 3
     # float32 and a bool staged on the host, an int64 minibatch index
-    runtime.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", batch_size * (
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", batch_size * (
         4 * int(np.prod(probe.observation_space.shape)) + 4 * int(np.prod(probe.action_space.shape)) + 50),
         "a rollout storage", cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
@@ -390,21 +341,18 @@ if __name__ == "__main__":
     # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
     # above once per rollout: a copy per step and buffer cost more than the whole MuJoCo step. On a GPU they are
     # pinned, so that copy is asynchronous; the rollout's next action copy waits for it before they are written.
-    rewards_np, terminations_np, dones_np = (runtime.host_array((args.num_steps, args.num_envs), np.float32, device)
+    rewards_np, terminations_np, dones_np = (speed.host_array((args.num_steps, args.num_envs), np.float32, device)
                                              for _ in range(3))
-    truncated_np = runtime.host_array((args.num_steps, args.num_envs), np.bool_, device)
-    staging = runtime.PinnedStaging(device)  # observations reach the device without a synchronisation
+    truncated_np = speed.host_array((args.num_steps, args.num_envs), np.bool_, device)
+    staging = speed.PinnedStaging(device)  # observations reach the device without a synchronisation
 
     # A resumed run loads the environments' state where it was saved (classic control: the whole wrapper stack,
     # statistics and the return being accumulated included); else (MuJoCo) episodes restart, the statistics
     # (saved on their own for this case) carry over and the discounted return restarts at 0. The learning-rate
     # schedule is a function of the iteration, so the iteration is its whole state.
-    obs_stats, return_stats = Statistics(obs_norm, "obs_rms"), Statistics(reward_norm, "return_rms")
-    state = {"agent": agent, "optimizer": optimizer, "obs_rms": obs_stats, "return_rms": return_stats}
+    state = {"agent": agent, "optimizer": optimizer, "obs_rms": environments.Statistics(obs_norm, "obs_rms"),
+             "return_rms": environments.Statistics(reward_norm, "return_rms")}
     next_obs, start_iteration, global_step = run.restore(envs, state, args.seed)
-    # load_state_dict puts the saved learning rate in the group (a CPU tensor, or a float in checkpoints
-    # written before --compile existed); it must be a tensor on the device, filled in place below.
-    optimizer.param_groups[0]["lr"] = torch.as_tensor(optimizer.param_groups[0]["lr"], device=device)
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -414,34 +362,8 @@ if __name__ == "__main__":
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
         """One gradient step on one minibatch; returns the losses and diagnostics, detached."""
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
-        logratio = newlogprob - mb_logprobs
-        ratio = logratio.exp()
-
-        with torch.no_grad():
-            # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-            old_approx_kl = (-logratio).mean()
-            approx_kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-
-        if args.norm_adv:
-            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-        # clipped surrogate objective, Eq. (7), Schulman et al. 2017
-        pg_loss1 = -mb_advantages * ratio
-        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-        newvalue = newvalue.view(-1)
-        if args.clip_vloss:
-            v_loss_unclipped = (newvalue - mb_returns) ** 2
-            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-            v_loss_clipped = (v_clipped - mb_returns) ** 2
-            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-        else:
-            v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
-
-        entropy_loss = entropy.mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # Eq. (9)
+        loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = ppo_loss(
+            newlogprob, entropy, newvalue.view(-1), mb_logprobs, mb_advantages, mb_returns, mb_values, args)
 
         optimizer.zero_grad()
         loss.backward()
@@ -451,8 +373,8 @@ if __name__ == "__main__":
 
     # --compile / --cudagraphs wrap exactly these functions; without the flags they run as written. GAE is only
     # recorded as a CUDA graph (one launch for its loop's 2 x num_steps ops), not compiled: dynamo would unroll it.
-    policy_step, update = runtime.speed_up(policy_step, args), runtime.speed_up(update, args)
-    gae = runtime.speed_up(compute_gae, args, compile=False)
+    policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
+    gae = speed.speed_up(compute_gae, args, compile=False)
 
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
@@ -546,10 +468,8 @@ if __name__ == "__main__":
             writer.add_scalar(key, value, global_step)
         writer.add_scalar("losses/clipfrac", clipfracs[:num_updates].mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        if iteration == start_iteration:
-            # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph
-            # recording), which would otherwise dominate short runs; it logs no SPS.
-            run.start_clock(global_step)
+        # SPS leaves out the first iteration: a warm-up that holds --compile's compilation (or CUDA graph recording)
+        run.start_clock(global_step)
         run.log_sps(global_step)
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
         # out: it is legitimately NaN when the returns have zero variance.)
@@ -558,5 +478,5 @@ if __name__ == "__main__":
         run.end_of_iteration(iteration, global_step, next_obs)
 
     # The normalization statistics are part of the policy: it only knows normalized observations.
-    model = {"agent": agent, "obs_rms": obs_stats, "return_rms": return_stats}
+    model = {key: state[key] for key in ("agent", "obs_rms", "return_rms")}
     run.finish(global_step, next_obs, model=model, evaluate=lambda: evaluate(run.model_path, args, run.name, device))

@@ -14,6 +14,7 @@ Run:
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import gymnasium as gym
 import numpy as np
@@ -22,53 +23,60 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 
+import environments
+import replay_memory
 import runtime
-from runtime import RunArgs, fail
+import speed
+from flags import (
+    NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Range, UnitFloat, whole_iterations, with_run_flags,
+)
+from messages import fail
 
 
+@with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
 @dataclass
-class Args(RunArgs):
+class Args:
     env_id: str = "HalfCheetah-v5"
     """the id of the environment (its action space must be a bounded Box)"""
-    total_timesteps: int = 1000000
+    total_timesteps: PositiveInt = 1000000
     """total environment steps of the experiment"""
-    policy_lr: float = 3e-4
+    policy_lr: PositiveFloat = 3e-4
     """the learning rate of the actor optimizer"""
-    q_lr: float = 1e-3
+    q_lr: PositiveFloat = 1e-3
     """the learning rate of the critic optimizer (and of the entropy temperature with --autotune)"""
-    num_envs: int = 1
+    num_envs: PositiveInt = 1
     """the number of parallel environments (one gradient step is taken per vector step)"""
-    buffer_size: int = 1000000
+    buffer_size: PositiveInt = 1000000
     """the replay memory capacity in transitions"""
-    gamma: float = 0.99
+    gamma: UnitFloat = 0.99
     """the discount factor gamma"""
-    tau: float = 0.005
+    tau: Annotated[float, Range("(0, 1]")] = 0.005
     """the target network update rate: target <- tau * online + (1 - tau) * target"""
-    batch_size: int = 256
+    batch_size: PositiveInt = 256
     """the number of transitions sampled from the replay memory per gradient step"""
-    learning_starts: int = 5000
+    learning_starts: NonNegativeInt = 5000
     """environment steps of uniform random actions before learning starts"""
-    policy_frequency: int = 2
+    policy_frequency: PositiveInt = 2
     """every this many critic updates, the actor (and alpha) take this many steps (delayed, compensated)"""
-    target_network_frequency: int = 1
+    target_network_frequency: PositiveInt = 1
     """the target critics are updated every this many critic updates"""
-    alpha: float = 0.2
+    alpha: NonNegativeFloat = 0.2
     """the entropy temperature alpha when --no-autotune; ignored with --autotune"""
     autotune: bool = True
     """if toggled, tune alpha automatically towards the target entropy -|A| (Haarnoja et al. 2018b)"""
     save_buffer: bool = False
     """with --save-model, also save the replay buffer in checkpoints so resume is exact"""
-    torch_threads: int = 0
+    torch_threads: NonNegativeInt = 0
     """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
     (the 256-wide networks gain from a second core); a number for bit-identical reruns"""
 
 
 def check_args(args: Args) -> int:
-    """Check how the flags combine (each flag's own range is in runtime.FLAG_RANGES); returns the number of
+    """Check how the flags combine (each flag's own range is declared beside it, in its type); returns the number of
     iterations (vector steps)."""
     if args.buffer_size < args.num_envs:
         fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
-    return runtime.whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
+    return whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
 
 
 class QNetwork(nn.Module):
@@ -164,22 +172,14 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 
 def evaluate(actor: nn.Module, args, run_name: str, device: torch.device) -> list[float]:
     """Run the deterministic policy (no exploration noise) for args.eval_episodes full episodes."""
-    envs = runtime.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
-    obs, _ = envs.reset(seed=args.seed + 10_000)
-    returns = []
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            actions = actor.deterministic_action(torch.as_tensor(obs, dtype=torch.float32, device=device))
-        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[: args.eval_episodes]
+    envs = environments.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
+    return environments.evaluate_episodes(envs, actor.deterministic_action,
+                                          args.eval_episodes, args.seed + 10_000, device)
 
 
 def make_actor(env_id: str) -> Actor:
     """An untrained actor for env_id (--eval-only loads the saved weights into it)."""
-    env = runtime.probe_env(env_id, gym.spaces.Box, "sac_continuous_action.py", finite_actions=True)
+    env = environments.probe_env(env_id, gym.spaces.Box, finite_actions=True)
     env.close()
     return Actor(int(np.prod(env.observation_space.shape)), env.action_space.low, env.action_space.high)
 
@@ -190,18 +190,16 @@ if __name__ == "__main__":
         # the deterministic actor (the squashed mean), as after training
         runtime.eval_only(args, "actor", lambda _: make_actor(args.env_id), evaluate)
     num_iterations = check_args(args)
-    if args.save_buffer and not args.save_model:
-        fail("--save-buffer puts the replay memory into checkpoints, which needs --save-model")
-    env = runtime.probe_env(args.env_id, gym.spaces.Box, "sac_continuous_action.py", finite_actions=True)
+    env = environments.probe_env(args.env_id, gym.spaces.Box, finite_actions=True)
     # the memory stores float32 observations, the networks' dtype (MuJoCo envs emit float64)
     obs_space_f32 = gym.spaces.Box(-np.inf, np.inf, env.observation_space.shape, np.float32)
-    runtime.ReplayBuffer.check_fits(args.buffer_size, obs_space_f32, env.action_space)
+    replay_memory.ReplayBuffer.check_fits(args.buffer_size, obs_space_f32, env.action_space)
     env.close()
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer
 
     # env setup
-    envs = runtime.make_envs(args.env_id, args.num_envs, args.capture_video, run.name)
+    envs = environments.make_envs(args.env_id, args.num_envs, args.capture_video, run.name)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     low, high = envs.single_action_space.low, envs.single_action_space.high
@@ -219,19 +217,16 @@ if __name__ == "__main__":
     q_optimizer = optim.Adam(q_params, lr=args.q_lr, capturable=args.cudagraphs, fused=True)
     actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs, fused=True)
 
-    # entropy temperature: a tensor throughout, so reading it never forces a .item() in the loop; with --autotune it
-    # is overwritten in place after every temperature step, so compiled code reads the current value
+    # the entropy temperature learned with --autotune: log alpha, 0 (alpha = 1) at the start
     log_alpha = a_optimizer = None
     if args.autotune:
         target_entropy = -float(action_dim)  # -|A|, Haarnoja et al. 2018b, Sec. 5
-        log_alpha = torch.zeros(1, requires_grad=True, device=device)  # alpha = 1 at the start
+        log_alpha = torch.zeros(1, requires_grad=True, device=device)
         a_optimizer = optim.Adam([log_alpha], lr=args.q_lr, capturable=args.cudagraphs, fused=True)
-    else:
-        alpha = torch.tensor([args.alpha], device=device)
 
     # on a GPU the memory lives in its memory when it fits, and is sampled there
-    rb = runtime.replay_buffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
-    staging = runtime.PinnedStaging(device)  # observations reach the device without a synchronisation
+    rb = replay_memory.replay_buffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
+    staging = speed.PinnedStaging(device)  # observations reach the device without a synchronisation
 
     # A fresh run resets the envs; a resumed one loads what its checkpoint holds. Checkpoints are taken between loop
     # iterations (one env step of every env, and its gradient step). The memory's sampling Generator is always
@@ -241,17 +236,12 @@ if __name__ == "__main__":
         "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer, "log_alpha": log_alpha,
         "a_optimizer": a_optimizer, "buffer_rng": rb.rng, "replay_buffer": rb if args.save_buffer else None,
     }, args.seed)
-    if args.autotune:
-        alpha = log_alpha.exp().detach()
+    # alpha is a tensor throughout, so reading it never forces a .item() in the loop; with --autotune the temperature
+    # step overwrites it in place, so compiled code reads the current value
+    alpha = log_alpha.exp().detach() if args.autotune else torch.tensor([args.alpha], device=device)
     # gradient steps (critic updates) so far: what --checkpoint-frequency counts
     num_updates = run.resumed("updates", 0)
-    learning_starts = args.learning_starts
-    if checkpoint is not None and checkpoint["replay_buffer"] is None:
-        # Without --save-buffer the memory starts empty: it refills for learning_starts steps (with actions of
-        # the current policy) before the next gradient step, so resume is not exact.
-        learning_starts = global_step + args.learning_starts
-        print(f"note: the checkpoint has no replay memory (no --save-buffer); learning resumes after "
-              f"global step {learning_starts}")
+    learning_starts = run.learning_starts(args.learning_starts)  # later on a resume without the memory
 
     def policy_step(obs: torch.Tensor) -> torch.Tensor:
         """A sample of the stochastic policy."""
@@ -309,7 +299,7 @@ if __name__ == "__main__":
 
     # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written.
     policy_step, update_critic, update_actor = (
-        runtime.speed_up(f, args) for f in (policy_step, update_critic, update_actor)
+        speed.speed_up(f, args) for f in (policy_step, update_critic, update_actor)
     )
 
     actor_loss, alpha_loss = None, []  # set by the first (delayed) actor update
@@ -327,7 +317,7 @@ if __name__ == "__main__":
 
         # store (obs, a, r, s', terminated): s' is the true successor (info["final_obs"] when the episode just
         # ended), and the done flag is `terminations` only, so time-limit truncations still bootstrap
-        rb.add(obs, runtime.true_next_obs(next_obs, infos), actions, rewards, terminations)
+        rb.add(obs, replay_memory.true_next_obs(next_obs, infos), actions, rewards, terminations)
         obs = next_obs
 
         # learn: one gradient step per vector step once the warm-up is over
@@ -351,10 +341,9 @@ if __name__ == "__main__":
                     actor_loss, *alpha_loss = update_actor(data.observations)
                 qf1.requires_grad_(True)
                 qf2.requires_grad_(True)
-                if run.clock is None:
-                    # SPS leaves out everything up to here: the random warm-up and this process's first critic and
-                    # actor updates, which hold --compile's compilation; it is logged once the clock has run.
-                    run.start_clock(global_step)
+                # SPS leaves out everything up to here: the random warm-up and this process's first critic and
+                # actor updates, which hold --compile's compilation; it is logged once the clock has run.
+                run.start_clock(global_step)
 
             # log every 100 vector steps: .item() forces a sync, and per-step scalars bloat the event file; the
             # losses come to the host here only, for logging and for the non-finite check (which also covers the
@@ -378,8 +367,7 @@ if __name__ == "__main__":
                 run.log_sps(global_step)
                 run.check_finite(losses, global_step, f"gradient update {num_updates}")
         # progress; a checkpoint every --checkpoint-frequency gradient updates or on SIGTERM
-        run.end_of_iteration(iteration, global_step, obs, update=num_updates if learning else None,
-                             updates=num_updates)
+        run.end_of_iteration(iteration, global_step, obs, updates=num_updates)
 
     run.finish(global_step, obs, model={"actor": actor, "qf1": qf1, "qf2": qf2},
                evaluate=lambda: evaluate(actor, args, run.name, device), updates=num_updates)

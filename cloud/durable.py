@@ -17,6 +17,7 @@ The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in th
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -105,6 +106,14 @@ class Sync:
         return count
 
 
+def wandb_run_id() -> Optional[str]:
+    """The W&B run id of an AWS Batch job: its job id, which every attempt (a retry after a Spot reclaim) keeps, so
+    the attempts continue one W&B run. A node of a multi-node job (`<id>#<node>`) is its job; an array child
+    (`<id>:<index>`) is a run of its own. None outside Batch: W&B makes a new id."""
+    job_id = os.environ.get("AWS_BATCH_JOB_ID", "").split("#")[0]
+    return re.sub(r"[^A-Za-z0-9_-]", "-", job_id) or None
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -136,7 +145,11 @@ def main(argv: list[str]) -> int:
         say("CLEANRL_RUNS_S3 is not set: runs/ stays in the container")
 
     received: list[int] = []
-    child = subprocess.Popen(argv)
+    # with --track, every attempt of the job continues one W&B run: wandb.init reads its id from the environment
+    run_id, child_env = wandb_run_id(), dict(os.environ)
+    if run_id and "WANDB_RUN_ID" not in child_env:
+        child_env.update(WANDB_RUN_ID=run_id, WANDB_RESUME="allow")
+    child = subprocess.Popen(argv, env=child_env)
 
     def forward(signum, frame):
         # The command checkpoints and exits on its own; a second signal is passed on too (it then stops at once).

@@ -30,7 +30,7 @@ every step. `off_log`: the occasions that were neither before the first step (th
 
 Where a CUDA run would hold each tensor is inferred, as here all are on the CPU: a tensor is on the device unless it
 was made on the host (no device, device="cpu", torch.from_numpy, a copy towards the CPU) or computed from host
-tensors only. The run's device is the object runtime.pick_device returned (torch.device("cpu") here): `device=device`
+tensors only. The run's device is the object speed.pick_device returned (torch.device("cpu") here): `device=device`
 means the device and `device="cpu"` the host; another torch.device("cpu") means the host when a line of cleanrl/
 passes it and the device when torch's own code does (it passes on the devices of tensors). A device tensor's
 `.device` is that object (equal to what the getter returns), so `device=x.device` follows x. A value read from a host
@@ -99,7 +99,7 @@ class Census(TorchFunctionMode):
         self.script = os.path.abspath(script)
         self.steps = self.updates = self.stepping = 0  # stepping: env steps under way (a wrapper's inner ones)
         self.log_points = set()  # the (steps, updates) at which the run logged a losses/* scalar
-        self.run_devices = []  # what runtime.pick_device returned: the device of a GPU run
+        self.run_devices = []  # what speed.pick_device returned: the device of a GPU run
         self.host = {}  # id(tensor) -> weakref, for the tensors a GPU run would hold in host memory
         self.fresh = None  # a copy towards the CPU that returned its input (a no-op here), for the next call only
         self.sites = defaultdict(lambda: {"count": 0, "occasions": set(), "kinds": set()})
@@ -119,7 +119,7 @@ class Census(TorchFunctionMode):
 
     def device_placement(self, spec):
         """HOST or DEVICE for a device argument (None when there is none). "cpu" is the host. A torch.device("cpu")
-        is the run's device if it is the object runtime.pick_device returned; any other is the host where a line of
+        is the run's device if it is the object speed.pick_device returned; any other is the host where a line of
         cleanrl/ passes it and the device where torch's own code does (clip_grad_norm_, Module.to and the optimizers
         pass on devices they read from tensors, in C++, where the getter below does not reach)."""
         if spec is None:
@@ -374,7 +374,7 @@ def run(out: str, script: str, args: list[str]) -> int:
     import runtime
 
     census = Census(script)
-    runtime.pick_device = census.counting_pick_device(runtime.pick_device)
+    runtime.pick_device = census.counting_pick_device(runtime.pick_device)  # as runtime.start calls it
     census.count_env_steps()
     register_optimizer_step_post_hook(census.count_update)
     SummaryWriter.add_scalar = census.counting_add_scalar(SummaryWriter.add_scalar)

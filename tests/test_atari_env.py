@@ -12,7 +12,8 @@ pytest.importorskip("cv2", reason="optional dependency opencv-python (pip instal
 import gymnasium as gym  # noqa: E402
 from ale_py.vector_env import AtariVectorEnv  # noqa: E402
 
-from runtime import AtariGameStatistics, atari_emulator_settings, make_atari_envs  # noqa: E402
+from environments import AtariGameStatistics, atari_emulator_settings
+from environments import make_atari_envs  # noqa: E402
 
 
 def test_native_and_gymnasium_backends_agree_frame_for_frame():

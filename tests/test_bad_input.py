@@ -1,5 +1,6 @@
 """Bad input, every script: a bad flag, env id or combination fails with one `error:` line and a non-zero exit
-before anything is written (no runs/ or videos/ entry). The checks that need a flow of their own follow the table:
+before anything is written (no runs/ or videos/ entry). The table is the rows' (tests/scripts.py: each row's
+bad_input, and its learning_rate_flag, which must refuse -1). The checks that need a flow of their own follow it:
 envpool's Procgen without the Qt 5 runtime, the action and observation spaces a script cannot drive, the sizes
 derived from the flags."""
 
@@ -14,110 +15,24 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import runtime
+import environments
 from tests.helpers import assert_bad_input_rejected, read_scalars, run_script, script_env, single_run_dir
-from tests.scripts import SCRIPTS, needs, script_params
-
-OFF_POLICY = ["ddpg_continuous_action.py", "td3_continuous_action.py", "sac_continuous_action.py"]
+from tests.scripts import SCRIPTS, names, needs, script_params
 
 
-def case(script: str, args: list, message: str, world: Optional[str] = None):
-    """One row: `script args` must fail naming `message`. `world`: WORLD_SIZE of a torchrun rank (multi-GPU
-    script), whose checks run before the process group forms, so the torchrun variables alone reproduce a rank of
-    a larger job without starting its peers."""
-    return pytest.param(script, args, message, world, id=f"{script[:-3]} {' '.join(args)}",
+def case(script: str, args, message: str, world: Optional[str] = None):
+    """One row: `script args` must fail naming `message` (tests/scripts.py, BadInput: `world` is the WORLD_SIZE of
+    a torchrun rank)."""
+    return pytest.param(script, list(args), message, world, id=f"{script[:-3]} {' '.join(args)}",
                         marks=[needs(SCRIPTS[script].needs)])
 
 
 CASES = [
-    case("ppo.py", ["--env-id", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
-    case("ppo.py", ["--env-id", "Pendulum-v1"], "Discrete"),
-    case("ppo.py", ["--num-minibatches", "3"], "num-minibatches"),
-    case("ppo.py", ["--total-timesteps", "100"], "total-timesteps"),
-    case("ppo.py", ["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-    case("ppo_continuous_action.py", ["--env-id", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
-    case("ppo_continuous_action.py", ["--env-id", "CartPole-v1"], "Box"),
-    case("ppo_continuous_action.py", ["--num-minibatches", "3"], "num-minibatches"),
-    case("ppo_continuous_action.py", ["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-    # with --capture-video, so that "no videos/ entry" means something
-    case("ppo_atari.py", ["--env-id", "NoSuchGame-v0", "--capture-video"], "NoSuchGame-v0"),
-    case("ppo_atari.py", ["--env-id", "CartPole-v1", "--capture-video"], "not an Atari game"),
-    case("ppo_atari.py", ["--env-backend", "envpool", "--capture-video"], "env-backend"),
-    case("ppo_atari.py", ["--cudagraphs", "--no-cuda", "--capture-video"], "--cudagraphs needs a CUDA device"),
-    case("ppo_atari_multigpu.py", ["--num-envs", "3"], "divide evenly over 2 ranks", world="2"),
-    case("ppo_atari_multigpu.py", ["--num-envs", "4", "--num-steps", "3", "--num-minibatches", "4"], "num-minibatches",
-         world="2"),
-    case("ppo_atari_multigpu.py", ["--num-envs", "4", "--total-timesteps", "100"], "total-timesteps", world="1"),
-    case("ppo_atari_multigpu.py", ["--backend", "nccl", "--no-cuda"], "nccl needs CUDA", world="1"),
-    case("ppo_atari_multigpu.py", ["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device", world="1"),
-    case("dqn.py", ["--env-id", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
-    case("dqn.py", ["--env-id", "Pendulum-v1"], "Discrete"),
-    case("dqn.py", ["--num-envs", "3"], "num-envs"),
-    case("dqn.py", ["--tau", "0"], "tau"),
-    case("dqn.py", ["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-    case("c51.py", ["--env-id", "Pendulum-v1"], "Discrete"),
-    case("c51.py", ["--v-min", "10", "--v-max", "-10"], "v-min"),
-    case("c51.py", ["--n-atoms", "1"], "n-atoms"),
-    case("c51.py", ["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-    case("dqn_atari.py", ["--env-id", "CartPole-v1"], "not an Atari game"),
-    case("dqn_atari.py", ["--env-backend", "envpool"], "env-backend"),
-    case("dqn_atari.py", ["--batch-size", "0"], "batch-size"),
-    case("dqn_atari.py", ["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-    case("c51_atari.py", ["--env-id", "CartPole-v1"], "not an Atari game"),
-    case("c51_atari.py", ["--env-backend", "envpool"], "env-backend"),
-    case("c51_atari.py", ["--batch-size", "0"], "batch-size"),
-    case("c51_atari.py", ["--v-min", "1", "--v-max", "1"], "v-min"),
-    case("c51_atari.py", ["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-    *[
-        case(script, args, message)
-        for script in OFF_POLICY
-        for args, message in [
-            (["--env-id", "CartPole-v1"], "Box (continuous) actions only"),
-            (["--env-id", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
-            (["--env-id", "Pendulum-v1", "--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-        ]
-    ],
-    case("ppg_procgen.py", ["--env-id", "nosuchgame"], "nosuchgame"),
-    case("ppg_procgen.py", ["--env-id", "coinrun", "--distribution-mode", "extreme"], "extreme"),
-    case("ppg_procgen.py", ["--total-timesteps", "100000"], "one phase"),
-    case("ppg_procgen.py", ["--cudagraphs", "--no-cuda"], "--cudagraphs needs a CUDA device"),
-    # every script refuses a learning rate out of its range (runtime.FLAG_RANGES) before anything is written
-    *[case(script, [flag, "-1"], f"{flag} must be above 0, got -1.0", world="1" if "multigpu" in script else None)
-      for script, flag in [("ppo.py", "--learning-rate"), ("ppo_continuous_action.py", "--learning-rate"),
-                           ("ppo_atari.py", "--learning-rate"), ("ppo_atari_multigpu.py", "--learning-rate"),
-                           ("dqn.py", "--learning-rate"), ("c51.py", "--learning-rate"),
-                           ("dqn_atari.py", "--learning-rate"), ("c51_atari.py", "--learning-rate"),
-                           ("ddpg_continuous_action.py", "--q-lr"), ("td3_continuous_action.py", "--policy-lr"),
-                           ("sac_continuous_action.py", "--q-lr"), ("ppg_procgen.py", "--learning-rate")]],
-    case("sac_continuous_action.py", ["--policy-lr", "nan"], "--policy-lr must be a finite number, got nan"),
-    case("ppo_continuous_action.py", ["--gamma", "1.5"], "--gamma must be in [0, 1], got 1.5"),
-    case("dqn.py", ["--start-e", "5", "--end-e", "-2"], "--start-e must be in [0, 1], got 5.0"),
-    case("td3_continuous_action.py", ["--tau", "2"], "--tau must be in (0, 1], got 2.0"),
-    case("ppo.py", ["--seed", "-1"], "--seed must be in [0, 2147483647], got -1"),
-    case("ppo_atari.py", ["--eval-max-frames", "0"], "--eval-max-frames must be at least 1, got 0"),
-    # a replay memory beyond this machine's memory, named in bytes
-    case("dqn.py", ["--buffer-size", "100000000000"], "--buffer-size 100000000000 asks for a replay memory of"),
-    case("dqn_atari.py", ["--buffer-size", "100000000000"], "--buffer-size 100000000000 asks for a replay memory of"),
-    case("sac_continuous_action.py", ["--env-id", "Pendulum-v1", "--buffer-size", "100000000000"],
-         "--buffer-size 100000000000 asks for a replay memory of"),
-    # a rollout storage (and PPG's auxiliary buffer) beyond the memory available, named in bytes
-    case("ppo.py", ["--num-steps", "10000000000", "--total-timesteps", "40000000000"],
-         "--num-steps 10000000000 x --num-envs 4 asks for a rollout storage of"),
-    case("ppo_continuous_action.py",
-         ["--num-steps", "10000000000", "--total-timesteps", "10000000000"],
-         "--num-steps 10000000000 x --num-envs 1 asks for a rollout storage of"),
-    case("ppo_atari.py", ["--num-steps", "100000000", "--total-timesteps", "800000000"],
-         "--num-steps 100000000 x --num-envs 8 asks for a rollout storage of"),
-    case("ppo_atari_multigpu.py", ["--num-steps", "100000000", "--total-timesteps", "800000000"],
-         "--num-steps 100000000 x 8 envs a rank asks for a rollout storage of", world="1"),
-    case("ppg_procgen.py", ["--n-iteration", "100000", "--total-timesteps", "1638400000"],
-         "--n-iteration 100000 x --num-envs 64 x --num-steps 256 asks for an auxiliary buffer of"),
-    # run flags that cannot mean what they say
-    case("ppo.py", ["--exp-name", "a/b"], "--exp-name 'a/b' must be a plain name (no '/')"),
-    case("dqn.py", ["--seed", "1", "--seed", "2"], "--seed is given twice; give each flag once"),
-    case("ppo.py", ["--track", "--no-track"], "--track and --no-track are both given; give one of them"),
-    case("sac_continuous_action.py", ["--eval-only", "x", "--resume", "auto"],
-         "--eval-only evaluates a saved model and --resume continues a run's training; give one of them"),
+    # each row's own cases
+    *[case(row.name, c.args, c.message, c.world) for row in SCRIPTS.values() for c in row.bad_input],
+    # every script refuses a learning rate out of its range (flags.Range) before anything is written
+    *[case(row.name, [row.learning_rate_flag, "-1"], f"{row.learning_rate_flag} must be above 0, got -1.0",
+           world="1" if row.launcher else None) for row in SCRIPTS.values()],
 ]
 
 
@@ -135,24 +50,15 @@ def test_a_runs_file_in_the_way_fails_in_one_line(workdir):
 
 # ---- legal but unusual: it runs, with one `warning:` line that says what will happen ----
 
-# budgets that end before --learning-starts: a smoke run of the loop without an update (as CleanRL and SB3 allow)
-NO_UPDATE = {
-    "dqn.py": ("--total-timesteps", "200", "--learning-starts", "500"),
-    "c51.py": ("--total-timesteps", "200", "--learning-starts", "500"),
-    "dqn_atari.py": ("--total-timesteps", "64", "--learning-starts", "100", "--buffer-size", "1000"),
-    "c51_atari.py": ("--total-timesteps", "64", "--learning-starts", "100", "--buffer-size", "1000"),
-    "ddpg_continuous_action.py": ("--env-id", "Pendulum-v1", "--total-timesteps", "135"),
-    "td3_continuous_action.py": ("--env-id", "Pendulum-v1", "--total-timesteps", "135"),
-    "sac_continuous_action.py": ("--env-id", "Pendulum-v1", "--total-timesteps", "135"),
-}
-
-
-@pytest.mark.parametrize("row", script_params(list(NO_UPDATE)))
+# budgets that end before --learning-starts: a smoke run of the loop without an update (as CleanRL and SB3 allow),
+# the rows' no_update_args
+@pytest.mark.parametrize("row", script_params(names(lambda row: row.no_update_args)))
 def test_a_budget_below_learning_starts_runs_the_loop_without_an_update_and_says_so(row, workdir):
-    proc = run_script(row.name, *NO_UPDATE[row.name], "--no-progress", cwd=workdir, timeout=300)
+    args = row.no_update_args
+    proc = run_script(row.name, *args, "--no-progress", cwd=workdir, timeout=300)
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and warnings[0].startswith("warning: --learning-starts ") and "no " in warnings[0]
-    total = int(NO_UPDATE[row.name][NO_UPDATE[row.name].index("--total-timesteps") + 1])
+    total = int(args[args.index("--total-timesteps") + 1])
     assert f"done: {total} steps" in proc.stdout
     assert not [key for key in read_scalars(single_run_dir(workdir)) if key.startswith("losses/")]
 
@@ -233,7 +139,7 @@ def test_missing_qt_message_names_the_debian_package():
         except ImportError as inner:
             raise ImportError("EnvPool Procgen requires the system Qt 5 runtime on Linux.") from inner
     except ImportError as e:
-        message = runtime.procgen_import_problem(e)
+        message = environments.procgen_import_problem(e)
     assert "libqt5gui5" in message and "libQt5Core.so.5" in message
 
 
@@ -241,10 +147,11 @@ def test_missing_qt_message_names_the_debian_package():
 
 
 def probe_off_policy_spaces(env_id, observation_space, action_space, script):
-    """The continuous off-policy scripts' space checks (runtime.probe_env) on an environment with these spaces."""
+    """The continuous off-policy scripts' space checks (environments.probe_env) on an environment with these spaces."""
     env = SimpleNamespace(observation_space=observation_space, action_space=action_space)
-    with mock.patch.object(gym, "make", lambda _: env):
-        runtime.probe_env(env_id, gym.spaces.Box, script, finite_actions=True)
+    # (the script names itself from its file, sys.argv[0])
+    with mock.patch.object(gym, "make", lambda _: env), mock.patch.object(sys, "argv", [f"cleanrl/{script}"]):
+        environments.probe_env(env_id, gym.spaces.Box, finite_actions=True)
 
 
 @pytest.mark.parametrize(
@@ -261,6 +168,8 @@ def test_off_policy_scripts_reject_unsupported_action_spaces_in_one_line(action_
     with pytest.raises(SystemExit) as e:
         probe_off_policy_spaces("Fake-v0", obs_space, action_space, "ddpg_continuous_action.py")
     assert str(e.value).startswith("error: Fake-v0") and message in str(e.value)
+    if message.startswith("Box"):
+        assert "ddpg_continuous_action.py supports Box (continuous) actions only" in str(e.value)
 
 
 def test_off_policy_scripts_accept_a_bounded_box():

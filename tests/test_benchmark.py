@@ -4,6 +4,7 @@ aggregate statistics."""
 import csv
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -685,7 +686,7 @@ def test_profile_split_categories_and_shares_by_hand():
     assert category("/work/main/cleanrl/runtime.py", "add") == "cleanrl"
     assert category("<frozen importlib._bootstrap>", "_find_and_load") == "imports"
     assert category("/usr/lib/python3.11/copy.py", "deepcopy") == "other"
-    # tensor operators, wrapped under the profiler (cleanrl/runtime.py), and the C call inside the wrapper
+    # tensor operators, wrapped under the profiler (benchmark/profile_hook.py), and the C call inside the wrapper
     assert category("/work/main/cleanrl/runtime.py", "Tensor.__mul__") == "torch"
     assert category("~", "<function torch.Tensor.__mul__ at 0x7f0>") == "torch"
     # cProfile's stats: {function: (primitive calls, calls, own s, cumulative s, {caller: (.., calls, own s, cum s)})}
@@ -739,7 +740,7 @@ def test_profile_split_profiles_the_measured_span_of_a_real_run(tmp_path):
     assert ["ppo.py", 15 * 64] in [[label.split(":")[0], calls] for label, _, calls in split["cleanrl"]["top"] if "(act)" in label]
     stores = {label.split(":")[0]: calls for label, _, calls in split["torch"]["top"]
               if "(Tensor.__setitem__)" in label}
-    assert stores.get("runtime.py", 0) >= 4 * 15 * 64  # obs, actions, logprobs, values at every rollout step
+    assert stores.get("profile_hook.py", 0) >= 4 * 15 * 64  # obs, actions, logprobs, values at every rollout step
     assert split["imports"]["seconds"] < 0.05 * result["span"]["seconds"]  # start-up is outside the span
     assert split["torch"]["share"] > 0.2 and split["environment"]["share"] > 0.02
     assert sum(row["share"] for row in split.values()) == pytest.approx(1.0, abs=1e-3)
@@ -751,3 +752,50 @@ def test_profile_split_profiles_the_measured_span_of_a_real_run(tmp_path):
     ):
         bad = subprocess.run([*cmd[:2], "--no-unprofiled", "--", *command], cwd=tmp_path, env=script_env(), capture_output=True, text=True)
         assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [error.replace("other.py", str(script))]
+
+
+# ---- a kept result is read as data: a planted pickle never runs ----
+
+
+class WritesMarker:
+    """What an attacker plants: unpickling it calls open(marker, "w"), which creates the marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_planted_pickle_in_a_kept_benchmark_result_never_runs(tmp_path):
+    marker, kept = tmp_path / "marker", tmp_path / "seed1.json"
+    kept.write_bytes(pickle.dumps(WritesMarker(marker)))
+    with pytest.raises(SystemExit) as e:
+        read_kept(kept)
+    assert str(e.value).startswith(f"error: {kept} is not a kept benchmark run") and "\n" not in str(e.value)
+    assert not marker.exists()
+
+
+# ---- the multi-GPU scaling benchmark's reading of an event file ----
+
+
+def test_scaling_benchmark_measures_steps_per_second_after_the_first_iteration(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from benchmark.ppo_atari_multigpu_scaling import read_sps
+
+    writer = SummaryWriter(str(tmp_path))
+    # the script logs no SPS for iteration 1 (warm-up); iterations 2-4 end at 1050, 1052, 1054 s, 128 steps each
+    for step, wall, sps in [(64, 1050.0, 1), (192, 1052.0, 3), (320, 1054.0, 5)]:
+        writer.add_scalar("charts/SPS", sps, step, walltime=wall)
+    writer.close()
+    steady, last, iterations = read_sps(tmp_path)
+    assert steady == pytest.approx((320 - 64) / 4.0)
+    assert (last, iterations) == (5.0, 3)
+
+
+def test_scaling_benchmark_refuses_a_budget_without_a_measured_iteration(tmp_path):
+    cmd = [sys.executable, str(ROOT / "benchmark" / "ppo_atari_multigpu_scaling.py"), "--iterations", "2"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --iterations must be at least 3")

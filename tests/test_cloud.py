@@ -447,7 +447,7 @@ def test_a_planted_checkpoint_restored_from_s3_never_runs_code(moto, tmp_path):
 
     import torch
 
-    import runtime
+    import checkpoints
 
     class Payload:
         def __reduce__(self):
@@ -460,7 +460,7 @@ def test_a_planted_checkpoint_restored_from_s3_never_runs_code(moto, tmp_path):
     entries = {"script": "ppo.py", "args": {}, "run_name": run_name, "iteration": 1, "global_step": 128,
                "finished": False, "rng": {}, "next_obs": torch.zeros(4, 4), "envs": pickle.dumps(Payload())}
     # an object in an entry, sealed with a valid checksum (anyone can compute one), and an unsealed file
-    runtime.save_checkpoint(entries | {"agent": Payload()}, str(checksummed))
+    checkpoints.save_checkpoint(entries | {"agent": Payload()}, str(checksummed))
     torch.save(entries | {"agent": Payload()}, legacy)
     for planted in (checksummed, legacy):
         job_id = f"0b5e2f7a-{planted.stem}"  # a job of its own: each attempt uploads what it left
@@ -485,16 +485,19 @@ def test_a_planted_checkpoint_restored_from_s3_never_runs_code(moto, tmp_path):
 def test_a_batch_job_id_is_the_w_and_b_run_id(tmp_path, monkeypatch):
     """--track in an AWS Batch job: the W&B run id is the job id, the same in every attempt, so the attempts of a
     retried job continue one W&B run; a node of a multi-node job (`#N`) is its job, an array child its own run."""
-    from runtime import wandb_run_id
+    from cloud.durable import wandb_run_id
     from tests.helpers import run_script, script_env
 
     cases = [("6f1c9a52", "6f1c9a52"), ("6f1c9a52#1", "6f1c9a52"), ("6f1c9a52:7", "6f1c9a52-7"), ("", None)]
     for job_id, run_id in cases:
         monkeypatch.setenv("AWS_BATCH_JOB_ID", job_id)
         assert wandb_run_id() == run_id, job_id
+    # the job's command runs under cloud/durable.py (without CLEANRL_RUNS_S3 it only passes the W&B id on)
     env = script_env(AWS_BATCH_JOB_ID="6f1c9a52-0d4e#0", WANDB_MODE="offline", WANDB_DIR=str(tmp_path))
+    env.pop("CLEANRL_RUNS_S3", None)
     flags = ["--num-steps", "32", "--total-timesteps", "128", "--track", "--no-progress"]
-    run_script("ppo.py", *flags, cwd=tmp_path, env=env)
+    run_script("ppo.py", *flags, cwd=tmp_path, env=env,
+               launcher=[sys.executable, str(CLOUD / "durable.py"), "--", sys.executable])
     # offline, W&B writes wandb/offline-run-<time>-<run id>
     (run,) = (tmp_path / "wandb").glob("offline-run-*")
     assert run.name.endswith("-6f1c9a52-0d4e"), run.name

@@ -8,7 +8,7 @@ import torch
 
 from cleanrl.ddpg_continuous_action import Actor, QNetwork, exploration_actions, soft_update
 from tests.helpers import run_script, single_run_dir
-from tests.scripts import script_params
+from tests.scripts import names, script_params
 
 
 def test_soft_update_moves_the_target_by_exactly_tau():
@@ -60,8 +60,7 @@ def test_exploration_noise_is_scaled_by_the_half_range_and_clipped_to_the_bounds
     torch.testing.assert_close(out, torch.tensor([[0.55, -0.2], [1.0, 2.0]]))
 
 
-@pytest.mark.parametrize("row", script_params(["ddpg_continuous_action.py", "td3_continuous_action.py",
-                                               "sac_continuous_action.py"]))
+@pytest.mark.parametrize("row", script_params(names(family="off_policy")))
 def test_the_saved_actor_carries_the_action_bounds(row, workdir):
     # the tiny Pendulum run of tests/scripts.py (actions in [-2, 2]), saved and evaluated
     run_script(row.name, *row.args, "--save-model", "--eval-episodes", "1", cwd=workdir)

@@ -14,9 +14,10 @@ import tyro
 
 from docs.hooks import expand
 from tests.helpers import ROOT, run_script, script_env
+from tests.scripts import SCRIPTS as REGISTRY
 
-RUNTIME = ROOT / "cleanrl" / "runtime.py"  # the companion module: run machinery, no algorithm of its own
-SCRIPTS = sorted(p for p in (ROOT / "cleanrl").glob("*.py") if p != RUNTIME)
+RUNTIME = ROOT / "cleanrl" / "runtime.py"  # the run lifecycle, whose Run methods log keys for the scripts
+SCRIPTS = sorted(ROOT / "cleanrl" / name for name in REGISTRY)  # the scripts (tests/scripts.py), no companion module
 
 
 def docs_page(script: Path) -> Path:

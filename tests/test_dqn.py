@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from cleanrl.dqn import epsilon_greedy, linear_schedule, td_target, update_target
 from tests.helpers import read_scalars, run_script, single_run_dir, values
-from tests.scripts import script_params
+from tests.scripts import names, script_params
 
 
 def test_linear_schedule_by_hand():
@@ -83,7 +83,7 @@ def test_epsilon_greedy_runs_the_network_only_if_some_env_exploits():
 TWO_ENVS = ["--total-timesteps", "1000", "--learning-starts", "500", "--num-envs", "2", "--train-frequency", "2"]
 
 
-@pytest.mark.parametrize("row", script_params(["dqn.py", "c51.py"]))
+@pytest.mark.parametrize("row", script_params(names(family="value", needs=None)))  # on CartPole
 def test_two_envs_follow_the_epsilon_schedule_and_the_same_seed_gives_identical_losses(row, workdir):
     logged = []
     for i in range(2):
@@ -106,7 +106,7 @@ ATARI_EPSILON = ["--total-timesteps", "600", "--learning-starts", "599", "--buff
                  "--exploration-fraction", "1.0"]
 
 
-@pytest.mark.parametrize("row", script_params(["dqn_atari.py", "c51_atari.py"]))
+@pytest.mark.parametrize("row", script_params(names(family="value", needs="atari")))
 def test_atari_games_are_logged_with_real_scores_and_epsilon(row, workdir):
     run_script(row.name, *ATARI_EPSILON, cwd=workdir)
     scalars = read_scalars(single_run_dir(workdir))

@@ -6,8 +6,8 @@ of an array with device=, an index given as a numpy array) each make the host wa
 all the work it was given, so host and device stop overlapping. The GPU-speed issue asks that a training step make
 none of them but the one copy of its actions to the environments. The calls are the same on the CPU, so the census
 counts them there, per line of cleanrl/, in the tiny run of every script of tests/scripts.py, and holds each to:
-  1. the lines that synchronise on at least half of the environment steps are exactly ACTION_COPY's: the actions,
-     sampled on the device, copied to the environments, which no step can do without;
+  1. the lines that synchronise on at least half of the environment steps are exactly the row's action_copy: the
+     actions, sampled on the device, copied to the environments, which no step can do without;
   2. every other line synchronises only when the run logs: on at most len(loss_steps) + 1 occasions, the logging
      points of the tiny run and the set-up before its first step. An occasion is a point of the run's progress (env
      steps, optimizer steps so far): a line that reads three losses in one logging block synchronises on one
@@ -29,32 +29,10 @@ from tests.scripts import SCRIPTS, script_params
 CENSUS = ROOT / "tests" / "census.py"
 TIMEOUT = 300
 
-# The one line per script allowed to synchronise at every step, matched by a piece of its source text: the sampled
-# actions copied from the device to the environments (numpy). Only the copy itself is allowed, not the line's other
-# calls: a line is one site, so a second synchronisation on it shows as a second kind in the table.
-ACTION_COPY = {
-    # the rollout's sampled actions to the 4 CartPole envs
-    "ppo.py": "envs.step(action.cpu().numpy())",
-    # the rollout's Gaussian actions to the Pendulum env
-    "ppo_continuous_action.py": "envs.step(action.cpu().numpy())",
-    # the rollout's sampled actions to the Atari games
-    "ppo_atari.py": "envs.step(action.cpu().numpy())",
-    # the same, in the one process of a plain-python run
-    "ppo_atari_multigpu.py": "envs.step(action.cpu().numpy())",
-    # the greedy actions, copied only at the steps where some env exploits (epsilon-greedy's coin flips are numpy)
-    "dqn.py": "lambda: policy_step(",
-    "c51.py": "lambda: policy_step(",
-    "dqn_atari.py": "lambda: policy_step(",
-    "c51_atari.py": "lambda: policy_step(",
-    # the noisy deterministic actions after the random warm-up (half of the tiny run's 400 steps)
-    "ddpg_continuous_action.py": "actions = policy_step(",
-    "td3_continuous_action.py": "actions = policy_step(",
-    # the sampled squashed-Gaussian actions after the random warm-up
-    "sac_continuous_action.py": "actions = policy_step(",
-    # the rollout's sampled actions to the envpool Procgen envs
-    "ppg_procgen.py": "envs.step(action.cpu().numpy())",
-}
-
+# The one line per script allowed to synchronise at every step is its row's action_copy (tests/scripts.py), matched
+# by a piece of its source text: the sampled actions copied from the device to the environments (numpy). Only the
+# copy itself is allowed, not the line's other calls: a line is one site, so a second synchronisation on it shows as a
+# second kind in the table.
 COPY_KINDS = {"cpu", "to-cpu", "copy-to-cpu", "numpy", "tolist"}  # the ways a copy of the actions reaches the host
 
 
@@ -92,7 +70,7 @@ def test_a_training_step_synchronises_only_to_copy_its_actions(row, workdir):
     census = take_census(row.name, census_args(row), workdir)
     steps, sites = census["steps"], census["sites"]
     assert steps > 0, "the census counted no environment step of the script"
-    allowed, bound = ACTION_COPY[row.name], len(row.loss_steps) + 1  # once per logging point, and at the set-up
+    allowed, bound = row.action_copy, len(row.loss_steps) + 1  # once per logging point, and at the set-up
     every_step = per_step(census)
     copies = {k: s for k, s in every_step.items() if allowed in s["source"]}
     problems = []
@@ -101,8 +79,8 @@ def test_a_training_step_synchronises_only_to_copy_its_actions(row, workdir):
         problems.append(f"lines other than the action copy that synchronise on at least half of the steps:\n"
                         f"{table(unexpected)}")
     if not copies:
-        problems.append(f"no line containing {allowed!r} synchronises on at least half of the steps (ACTION_COPY is "
-                        f"stale, or the actions no longer come from the device)")
+        problems.append(f"no line containing {allowed!r} synchronises on at least half of the steps (the row's "
+                        f"action_copy in tests/scripts.py is stale, or the actions no longer come from the device)")
     impure = {k: s for k, s in copies.items()
               if not set(s["kind"].split(",")) <= COPY_KINDS or s["count"] != s["occasions"]}
     if impure:

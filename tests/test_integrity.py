@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import runtime
+import checkpoints
 from tests.helpers import (
     ROOT,
     load,
@@ -135,7 +135,7 @@ def plant_checkpoint(path: Path, marker: Path, where: str) -> None:
     real = load(path)
     real[where] = pickle.dumps(Payload(marker)) if where == "envs" else Payload(marker)
     path.unlink()
-    runtime.save_checkpoint(real, str(path))
+    checkpoints.save_checkpoint(real, str(path))
 
 
 def test_a_planted_pickle_in_a_checkpoint_or_model_never_runs(workdir, finished):
@@ -143,7 +143,7 @@ def test_a_planted_pickle_in_a_checkpoint_or_model_never_runs(workdir, finished)
     marker = workdir / "marker"
     # the model file and a checkpoint entry: the weights-only reader refuses the object, in one line
     planted = workdir / "planted.cleanrl_model"
-    runtime.save_checkpoint({"agent": Payload(marker)}, str(planted))
+    checkpoints.save_checkpoint({"agent": Payload(marker)}, str(planted))
     proc = run_script("ppo.py", "--eval-only", str(planted), cwd=workdir, check=False)
     assert_one_error(proc, f"cannot read model {planted}: it holds Python objects, not only data (", "GLOBAL")
     checkpoint = run_dir / "checkpoint.pt"
@@ -156,23 +156,12 @@ def test_a_planted_pickle_in_a_checkpoint_or_model_never_runs(workdir, finished)
     shutil.copy(workdir / "good.pt", checkpoint)
     resumable = load(checkpoint) | {"finished": False, "iteration": 4, "global_step": 512}
     checkpoint.unlink()
-    runtime.save_checkpoint(resumable, str(checkpoint))
+    checkpoints.save_checkpoint(resumable, str(checkpoint))
     plant_checkpoint(checkpoint, marker, "envs")
     proc = run_script("ppo.py", "--resume", str(run_dir), cwd=workdir)
     assert f"note: {checkpoint} holds its environments' state as a pickle (an older version wrote it), which is " \
            "never loaded: the episodes in progress restart" in proc.stdout
     assert load(checkpoint)["finished"]
-    assert not marker.exists()
-
-
-def test_a_planted_pickle_in_a_kept_benchmark_result_never_runs(tmp_path):
-    from benchmark.kept import read_kept
-
-    marker, kept = tmp_path / "marker", tmp_path / "seed1.json"
-    kept.write_bytes(pickle.dumps(Payload(marker)))
-    with pytest.raises(SystemExit) as e:
-        read_kept(kept)
-    assert str(e.value).startswith(f"error: {kept} is not a kept benchmark run") and "\n" not in str(e.value)
     assert not marker.exists()
 
 
@@ -184,7 +173,7 @@ def test_a_changed_byte_in_a_checkpoint_or_model_is_refused_and_the_file_left_as
     checkpoint, model = run_dir / "checkpoint.pt", run_dir / "ppo.cleanrl_model"
     resumable = load(checkpoint) | {"finished": False}
     checkpoint.unlink()
-    runtime.save_checkpoint(resumable, str(checkpoint))
+    checkpoints.save_checkpoint(resumable, str(checkpoint))
     for path in (checkpoint, model):
         flip_a_byte(path, record)
     damaged = {path: sha256(path) for path in (checkpoint, model)}
@@ -208,7 +197,7 @@ def test_checkpoints_and_models_carry_a_checksum_that_torch_load_ignores(finishe
     for name in ("checkpoint.pt", "ppo.cleanrl_model"):
         with zipfile.ZipFile(run_dir / name) as archive:
             digest = archive.read(next(n for n in archive.namelist() if n.endswith("/cleanrl.sha256"))).decode()
-            assert digest == runtime.records_digest(archive) and digest.startswith("sha256:")
+            assert digest == checkpoints.records_digest(archive) and digest.startswith("sha256:")
     # the model stays a plain state dict for torch.load (weights only), as users load it
     state = torch.load(run_dir / "ppo.cleanrl_model", weights_only=True)
     assert set(state) == {k for k in load(run_dir / "checkpoint.pt")["agent"]}

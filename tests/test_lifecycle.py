@@ -13,18 +13,18 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 import pytest
 import torch
 
-import runtime
+import checkpoints
 from cleanrl.dqn import Args as DQNArgs
 from cleanrl.ppg_procgen import Args as PPGArgs
-from cleanrl.ppg_procgen import AuxBuffer, RewardNormalizer
+from cleanrl.ppg_procgen import AuxBuffer
+from environments import RewardNormalizer
 from cleanrl.ppo import Args as PPOArgs
 from cleanrl.ppo_atari import Args as PPOAtariArgs
 from cleanrl.ppo_atari_multigpu import Args as MultiGPUArgs
@@ -51,121 +51,28 @@ from tests.helpers import (
     wait_until,
     worker_pids,
 )
-from tests.scripts import ONE_THREAD, TIMEOUT, needs, script_params, torchrun
+from tests.scripts import (
+    SCRIPTS,
+    TIMEOUT,
+    cartpole_updates,
+    names,
+    needs,
+    pendulum_updates,
+    script_params,
+    torchrun,
+)
 
-SAVE, BUFFER = ("--save-model",), ("--save-buffer",)
-# ppo.py on CartPole: 4 envs x 32 steps = 128 steps an iteration, 8 iterations
-PPO = ("--num-steps", "32", "--total-timesteps", "1024", "--eval-episodes", "1", "--no-progress")
-# ppo_continuous_action.py on Pendulum: 1 env x 64 steps, 8 iterations; episodes are truncated at 200 steps
-PPO_PENDULUM = ONE_THREAD + (
-    "--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2",
-    "--total-timesteps", "512", "--eval-episodes", "1", "--no-progress")
-# dqn.py, c51.py on CartPole: 2000 steps, learning from step 501 with a gradient step every 10 steps (150 updates,
-# losses every 100 steps), target updates every 500 steps; several episodes end
-CARTPOLE_VALUE = ("--total-timesteps", "2000", "--learning-starts", "500", "--batch-size", "32",
-                  "--target-network-frequency", "500", "--eval-episodes", "1", "--no-progress")
-# ddpg, td3, sac on Pendulum: 600 steps (3 episodes of 200), learning from step 201: 400 gradient steps, losses
-# every 100 steps (300, 400, 500, 600)
-PENDULUM_OFF = ONE_THREAD + (
-    "--env-id", "Pendulum-v1", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "1000",
-    "--eval-episodes", "1", "--no-progress")
-# ppo_atari.py: 2 envs x 32 steps = 64 steps an iteration, 1 epoch of 2 minibatches (the Nature CNN is slow on
-# 2 CPU cores); evaluation: a game cut at 400 frames
-PPO_ATARI = ONE_THREAD + ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
-                          "--eval-episodes", "1", "--eval-max-frames", "400", "--no-progress")
-# dqn_atari.py, c51_atari.py: 400 steps, learning from step 101 with a gradient step every 4 steps (75 updates),
-# a 300-transition frame memory
-ATARI_VALUE = ONE_THREAD + (
-    "--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "400", "--buffer-size", "300", "--learning-starts",
-    "100", "--batch-size", "8", "--train-frequency", "4", "--target-network-frequency", "100", "--eval-episodes", "1",
-    "--eval-max-frames", "2000", "--no-progress")
-# ppg_procgen.py: 2 envs x 16 steps = 32 steps an iteration; one policy phase of 4 iterations (128 steps), then one
-# auxiliary phase: checkpoints after iterations 1-3 fall inside the policy phase
-PPG = ONE_THREAD + (
-    "--num-envs", "2", "--num-steps", "16", "--n-iteration", "4", "--num-aux-rollouts", "2", "--e-auxiliary", "1",
-    "--num-minibatches", "2", "--total-timesteps", "128", "--eval-episodes", "1", "--no-progress")
-NOTE = "note: the environments' state cannot be saved ({why}); a resumed run restarts its episodes"
-
-
-def cartpole_updates(step: int) -> int:  # dqn.py, c51.py: a gradient step at every 10th step after step 500
-    return max(step - 500, 0) // 10
-
-
-def pendulum_updates(step: int) -> int:  # ddpg, td3, sac: a gradient step at every step after step 200
-    return max(step - 200, 0)
-
-
-def atari_updates(step: int) -> int:  # dqn_atari.py, c51_atari.py: at every 4th step after step 100
-    return max(step - 100, 0) // 4
-
-
-@dataclass(frozen=True)
-class Resume:
-    """A run killed with SIGKILL after its first checkpoint, then resumed to its end."""
-
-    args: tuple  # the run's flags, --save-model (and --save-buffer) among them
-    every: int  # --checkpoint-frequency
-    total: int  # its global steps
-    iterations: int
-    loss_steps: Optional[tuple]  # the steps its losses are logged at (None: the resume moves them)
-    by_path: bool = False  # resumed by `--resume runs/<name>` alone, else by the same command with `--resume auto`
-    uninterrupted: bool = False  # the environments' state is saved: the resumed run equals an uninterrupted one
-    again: bool = False  # the same command once more after the end: nothing to resume
-    updates: Optional[Callable[[int], int]] = None  # gradient updates after a global step (off-policy)
-    episodes: tuple = ()  # the steps episodes end at (Pendulum truncates at 200)
-    why: Optional[str] = None  # why the environments' state cannot be saved, where it cannot
-
-
-RESUMES = {
-    "ppo.py": Resume(PPO + SAVE, 1, 1024, 8, tuple(128 * i for i in range(1, 9)), uninterrupted=True, again=True),
-    "ppo_continuous_action.py": Resume(PPO_PENDULUM + SAVE, 1, 512, 8, tuple(64 * i for i in range(1, 9)),
-                                       by_path=True, uninterrupted=True, episodes=(200, 400)),
-    "dqn.py": Resume(CARTPOLE_VALUE + SAVE + BUFFER, 10, 2000, 2000, tuple(range(600, 2001, 100)),
-                     uninterrupted=True, again=True, updates=cartpole_updates),
-    "c51.py": Resume(CARTPOLE_VALUE + SAVE + BUFFER, 10, 2000, 2000, tuple(range(600, 2001, 100)),
-                     uninterrupted=True, again=True, updates=cartpole_updates),
-    "sac_continuous_action.py": Resume(PENDULUM_OFF + ("--total-timesteps", "600") + SAVE + BUFFER, 50, 600, 600,
-                                       (300, 400, 500, 600), uninterrupted=True, again=True,
-                                       updates=pendulum_updates, episodes=(200, 400, 600)),
-    "td3_continuous_action.py": Resume(PENDULUM_OFF + ("--total-timesteps", "600") + SAVE + BUFFER, 50, 600, 600,
-                                       (300, 400, 500, 600), uninterrupted=True, updates=pendulum_updates,
-                                       episodes=(200, 400, 600)),
-    # without --save-buffer the memory refills after the resume, so the losses move
-    "ddpg_continuous_action.py": Resume(PENDULUM_OFF + ("--total-timesteps", "600") + SAVE, 50, 600, 600, None),
-    "ppo_atari.py": Resume(PPO_ATARI + ("--total-timesteps", "640") + SAVE, 1, 640, 10,
-                           tuple(64 * i for i in range(1, 11)), why="AtariVectorEnv is not a SyncVectorEnv"),
-    "dqn_atari.py": Resume(ATARI_VALUE + SAVE + BUFFER, 25, 400, 400, (200, 300, 400), updates=atari_updates),
-    "c51_atari.py": Resume(ATARI_VALUE + SAVE + BUFFER, 25, 400, 400, (200, 300, 400), updates=atari_updates),
-    "ppg_procgen.py": Resume(PPG + SAVE, 1, 128, 4, (32, 64, 96, 128),
-                             why="ProcgenGymnasiumEnvPool is not a SyncVectorEnv"),
-}
+# Each row of tests/scripts.py names its cases here: resume (kill -9, then --resume), stop (SIGTERM), evaluation
+# (--eval-only), non_finite (NaN planted in a checkpoint), bad_lifecycle; saves_envs, whether its environments'
+# state is checkpointed, decides what a resume must reproduce.
+RESUMES = {name: SCRIPTS[name].resume for name in names(lambda row: row.resume)}
+# the environments' state is saved (and the replay memory, where there is one): the resumed run equals an
+# uninterrupted one
 EXACT = [name for name, case in RESUMES.items() if case.uninterrupted]
-RESTARTED = ["ppo_atari.py", "dqn_atari.py", "c51_atari.py", "ppg_procgen.py"]
-
-
-@dataclass(frozen=True)
-class Stop:
-    """A run with a budget far beyond the test, stopped by SIGTERM after its first checkpoint."""
-
-    args: tuple
-    per_iteration: int  # global steps an iteration
-    logs_every_iteration: bool  # its losses are logged every iteration (else every 100 steps)
-
-
-STOPS = {
-    "ppo.py": Stop(("--num-steps", "32", "--total-timesteps", "100000", "--save-model", "--checkpoint-frequency", "1",
-                    "--no-progress"), 128, True),
-    "ppo_atari.py": Stop(PPO_ATARI + ("--total-timesteps", "64000", "--save-model", "--checkpoint-frequency", "1"),
-                         64, True),
-    "dqn.py": Stop(("--total-timesteps", "200000", "--learning-starts", "500", "--batch-size", "32", "--save-model",
-                    "--checkpoint-frequency", "10", "--no-progress"), 1, False),
-    "sac_continuous_action.py": Stop(PENDULUM_OFF + ("--total-timesteps", "100000", "--save-model",
-                                                     "--checkpoint-frequency", "20"), 1, False),
-    # policy phases of 2 iterations: odd iterations end inside one
-    "ppg_procgen.py": Stop(("--num-envs", "2", "--num-steps", "16", "--n-iteration", "2", "--num-aux-rollouts", "2",
-                            "--e-auxiliary", "1", "--num-minibatches", "2", "--total-timesteps", "100000",
-                            "--save-model", "--checkpoint-frequency", "1", "--no-progress"), 32, True),
-}
+# Atari's and Procgen's environments cannot be saved: the resumed run continues with its episodes restarted
+RESTARTED = [name for name in RESUMES if not SCRIPTS[name].saves_envs]
+STOPS = {name: SCRIPTS[name].stop for name in names(lambda row: row.stop)}
+NOTE = "note: the environments' state cannot be saved ({why}); a resumed run restarts its episodes"
 
 
 def with_flags(args: tuple, values: dict) -> list:
@@ -355,7 +262,8 @@ def test_ppg_stopped_inside_its_auxiliary_phase_goes_on_there_and_ends_as_an_uni
     # (about 0.1 s each here) make the phase last about 12 s. The first checkpoint (after iteration 3) is the policy
     # phase's last safe point; iteration 4 and the recording of pi_old take well under a second after it, so a
     # signal sent 2.5 s later falls inside a distillation epoch.
-    command = [*with_flags(PPG, {"--num-aux-rollouts": "1", "--e-auxiliary": "16"}), "--save-model"]
+    # the row's resume budget (--save-model among its flags) with longer distillation
+    command = with_flags(RESUMES["ppg_procgen.py"].args, {"--num-aux-rollouts": "1", "--e-auxiliary": "16"})
     (workdir / "a").mkdir(), (workdir / "b").mkdir()
     run_script("ppg_procgen.py", *command, cwd=workdir / "a")
     command += ["--checkpoint-frequency", "3", "--resume", "auto"]
@@ -480,8 +388,9 @@ def test_sac_halfcheetah_sigint_then_resume_restarts_episodes_and_refills_the_me
 def test_torchrun_restarts_a_killed_rank_and_the_job_finishes_from_the_checkpoint(workdir):
     iterations = 20  # 2 envs in all (1 per rank) x 32 steps = 64 global steps an iteration
     script = "ppo_atari_multigpu.py"
-    args = [*PPO_ATARI, "--total-timesteps", str(64 * iterations), "--save-model", "--checkpoint-frequency", "1",
-            "--resume", "auto"]
+    # ppo_atari.py's resume budget (1 env a rank here), run for 20 iterations
+    args = [*with_flags(RESUMES["ppo_atari.py"].args, {"--total-timesteps": str(64 * iterations)}),
+            "--checkpoint-frequency", "1", "--resume", "auto"]
     launcher = torchrun("--standalone", "--nnodes=1", "--nproc_per_node=2", "--max-restarts=1")
     proc = start(script, *args, cwd=workdir, launcher=launcher, merge_stderr=True)
     checkpoint_path = wait_for_checkpoint(proc, workdir, timeout=TIMEOUT)
@@ -573,30 +482,9 @@ def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(row, stopped):
 
 # ---------------------------------------------------------------------------------------------------------------
 # --eval-only
-@dataclass(frozen=True)
-class Eval:
-    episodes: int
-    env: str  # the env the line names
-    flags: tuple = ()  # for both evaluations
-    file_flags: tuple = ()  # for the bare .cleanrl_model only (evaluated on --env-id)
-    mean: tuple = (-math.inf, math.inf)  # where the mean return lies
-
-
-EVALS = {
-    # the greedy policy and the seeded evaluation envs make it deterministic (videos change nothing)
-    "ppo.py": Eval(3, "CartPole-v1", file_flags=("--capture-video",)),
-    "ppo_continuous_action.py": Eval(2, "Pendulum-v1", file_flags=("--env-id", "Pendulum-v1"), mean=(-3300, 0)),
-    # the evaluation's epsilon-greedy Generator and envs are seeded
-    "dqn.py": Eval(3, "CartPole-v1"),
-    # the deterministic actor and the seeded evaluation envs
-    "sac_continuous_action.py": Eval(2, "Pendulum-v1", file_flags=("--env-id", "Pendulum-v1"), mean=(-3300, 0)),
-    # the sampled actions come from the seeded torch generator, the eval env from seed + 10000; real Breakout
-    # scores of games cut at 400 frames (100 agent steps)
-    "ppo_atari.py": Eval(2, "BreakoutNoFrameskip-v4", flags=("--eval-max-frames", "400"), mean=(0, 20)),
-    "dqn_atari.py": Eval(1, "BreakoutNoFrameskip-v4", flags=("--eval-max-frames", "2000")),
-    # starpilot's rewards are non-negative
-    "ppg_procgen.py": Eval(1, "StarpilotEasy-v0", file_flags=("--env-id", "starpilot"), mean=(0, math.inf)),
-}
+# the rows' evaluation cases: the greedy policy (or seeded sampling) and the seeded evaluation envs make them
+# deterministic; the mean return lies in the case's range
+EVALS = {name: SCRIPTS[name].evaluation for name in names(lambda row: row.evaluation)}
 
 
 @pytest.mark.parametrize("row", script_params(list(EVALS)))
@@ -620,64 +508,9 @@ def test_eval_only_on_a_run_directory_and_on_its_model_file(row, resumed, workdi
 
 # ---------------------------------------------------------------------------------------------------------------
 # A non-finite loss or parameter stops the run, naming step and quantity, and keeps the last checkpoint
-@dataclass(frozen=True)
-class NonFinite:
-    source: str  # "resumed": the checkpoint a kill left (RESUMES), "stopped": the one SIGTERM left (STOPS)
-    poison: Callable[[dict], None]  # NaN into one of Adam's first moments: the next step writes NaN into a network
-    expected: Callable[[dict], list]  # what the error line says, given the checkpoint
-
-
-def first_moment(optimizer: str, index: int) -> Callable[[dict], None]:
-    def poison(checkpoint: dict) -> None:
-        exp_avg = checkpoint[optimizer]["state"][index]["exp_avg"]
-        exp_avg[(0,) * exp_avg.dim()] = math.nan  # its first element, whatever its layout (channels last)
-
-    return poison
-
-
-def after_iteration(steps: int, losses: bool = True) -> Callable[[dict], list]:
-    # the resumed iteration's first optimizer step writes NaN, the next minibatch's losses are NaN, and the
-    # end-of-update check stops the run before the next checkpoint is written
-    return lambda c: [f"error: non-finite {'losses/' if losses else ''}", "(nan)",
-                      f"at global step {c['global_step'] + steps} (iteration {c['iteration'] + 1}); stopped without"]
-
-
-def sac_expected(c: dict) -> list:
-    # found at the next logging step (every 100) or before the next save (50 updates later), whichever comes first
-    g = c["global_step"]
-    step = min((g // 100 + 1) * 100, g + 50)
-    return [f"at global step {step} (gradient update {step - 200})"]
-
-
-def dqn_expected(c: dict) -> list:
-    # no memory saved: it refills for 500 steps; the first gradient step then writes NaN into the network, found at
-    # the next logging step (multiples of 100) or before the next checkpoint (every 10 updates)
-    step, updates = c["global_step"], c["updates"]
-    while True:
-        step += 1
-        if step > c["global_step"] + 500 and step % 10 == 0:
-            updates += 1
-            if step % 100 == 0:
-                return [f"at global step {step} (gradient update {updates})"]
-            if updates % 10 == 0:
-                return [f"at global step {step} (iteration {step})"]
-
-
-NON_FINITE = {
-    # ppo: parameter 6 is the actor's first layer, after the critic's 3 layers
-    "ppo.py": NonFinite("resumed", first_moment("optimizer", 6), after_iteration(128)),
-    # ppo_atari: parameter 8 is the actor head, after the 4 layers of the Nature CNN
-    "ppo_atari.py": NonFinite("stopped", first_moment("optimizer", 8), after_iteration(64)),
-    # ppg: parameter 0 is the policy's first conv layer. The SIGTERM's checkpoint falls inside iteration 2's auxiliary
-    # phase: the resumed phase's first optimizer step writes NaN, and the phase's losses are checked at its end
-    "ppg_procgen.py": NonFinite("stopped", first_moment("optimizer", 0), lambda c: [
-        "error: non-finite losses/aux_kl_loss (nan)",
-        f"at global step {c['global_step']} (iteration {c['iteration']}); stopped without"]),
-    # sac: qf1's first layer; the replay memory was saved, so learning goes on at once
-    "sac_continuous_action.py": NonFinite("resumed", first_moment("q_optimizer", 0), sac_expected),
-    # dqn: the first layer's weight
-    "dqn.py": NonFinite("stopped", first_moment("optimizer", 0), dqn_expected),
-}
+# the rows' non_finite cases: NaN planted in one of Adam's first moments of the checkpoint the row's resume (kill)
+# or stop (SIGTERM) left; the next optimizer step writes NaN into a network
+NON_FINITE = {name: SCRIPTS[name].non_finite for name in names(lambda row: row.non_finite)}
 
 
 @pytest.mark.parametrize("row", script_params(list(NON_FINITE)))
@@ -723,7 +556,8 @@ def test_a_ppg_checkpoint_inside_a_phase_holds_its_stored_rollouts(resumed, stop
     assert sigterm["aux_phase"]["epoch"] in (-1, 0), sigterm["aux_phase"]
 
 
-@pytest.mark.parametrize("row", script_params(["dqn_atari.py", "c51_atari.py"]))
+@pytest.mark.parametrize("row", script_params(names(lambda row: row.resume and not row.saves_envs,
+                                                 family="value")))
 def test_an_atari_value_checkpoint_holds_the_frame_memory_and_learning_goes_on_at_once(row, resumed):
     run = resumed(row.name)
     killed = load(Path(run["killed"]) / "checkpoint.pt")
@@ -798,64 +632,15 @@ def test_reward_normalizer_state_round_trip_restarts_the_running_returns():
 
 # ---------------------------------------------------------------------------------------------------------------
 # Bad lifecycle input: one `error:` line, exit 1, before any run directory
-SAVE_BUFFER_ERROR = "error: --save-buffer puts the replay memory into checkpoints, which needs --save-model"
-
-
-def bad(script: str, args: list, message: str, one_line: bool = True, exact: bool = False):
-    return pytest.param(script, args, message, one_line, exact, id=f"{script[:-3]}:{' '.join(args)}",
+def bad(script: str, args, message: str, one_line: bool = True, exact: bool = False):
+    return pytest.param(script, list(args), message, one_line, exact, id=f"{script[:-3]}:{' '.join(args)}",
                         marks=script_params([script])[0].marks)
 
 
-BAD_INPUT = [
-    # what --resume names
-    bad("ppo.py", ["--resume", "runs/nowhere"], "error: no checkpoint at runs/nowhere"),
-    bad("c51_atari.py", ["--resume", "runs/nowhere"], "error: no checkpoint at runs/nowhere", one_line=False),
-    bad("ppo.py", ["--resume", "missing.pt"], "error: no checkpoint at missing.pt"),
-    bad("ppo.py", ["--resume", "garbage.pt"], "error: cannot read checkpoint garbage.pt"),
-    # the weights-only unpickler meets text with a KeyError; any failure to read is the one line
-    bad("ppo.py", ["--resume", "hello.txt"], "error: cannot read checkpoint hello.txt: KeyError", exact=False),
-    bad("dqn.py", ["--eval-only", "hello.txt"], "error: cannot read checkpoint hello.txt: KeyError"),
-    bad("ppo.py", ["--resume", "partial.pt"],
-        "error: partial.pt is not a whole checkpoint of ppo.py: it lacks run_name, iteration, global_step, finished, "
-        "rng, envs, next_obs", exact=True),
-    bad("ppo.py", ["--resume", "finished.pt"], "error: finished.pt is the end of a finished run (global step 1024)"),
-    # another script's checkpoint
-    bad("ppo.py", ["--resume", "dqn.pt"], "error: dqn.pt is not a checkpoint of ppo.py (it was written by dqn.py)"),
-    bad("ppo_continuous_action.py", ["--resume", "ppo.pt"],
-        "error: ppo.pt is not a checkpoint of ppo_continuous_action.py (it was written by ppo.py)"),
-    bad("ppo_atari.py", ["--resume", "ppo.pt"],
-        "error: ppo.pt is not a checkpoint of ppo_atari.py (it was written by ppo.py)"),
-    bad("ppg_procgen.py", ["--resume", "ppo.pt"],
-        "error: ppo.pt is not a checkpoint of ppg_procgen.py (it was written by ppo.py)"),
-    bad("c51.py", ["--eval-only", "dqn_run"],
-        "error: dqn_run/checkpoint.pt is not a checkpoint of c51.py (it was written by dqn.py)"),
-    # flags a resumed run may not change
-    bad("ppo.py", ["--resume", "ppo.pt", "--env-id", "Acrobot-v1"],
-        "error: cannot change --env-id (the checkpoint has 'CartPole-v1') when resuming"),
-    bad("ppg_procgen.py", ["--resume", "ppg.pt", "--env-id", "bigfish"],
-        "error: cannot change --env-id (the checkpoint has 'starpilot') when resuming"),
-    bad("ppo.py", ["--resume", "ppo.pt", "--cudagraphs"],
-        "error: cannot change --cudagraphs (the checkpoint has False) when resuming"),
-    bad("dqn.py", ["--resume", "dqn.pt", "--seed", "2", "--learning-rate", "0.1"],
-        "error: cannot change --seed (the checkpoint has 1), --learning-rate (the checkpoint has 0.00025) "
-        "when resuming",
-        exact=True),
-    # each rank takes back its own generators, so a checkpoint of 2 ranks cannot continue in 1 process
-    bad("ppo_atari_multigpu.py", ["--resume", "two_ranks.pt"],
-        "error: the checkpoint was written by 2 ranks; resume it with as many, not 1", exact=True),
-    # checkpoint flags
-    bad("ppo.py", ["--checkpoint-frequency", "5"],
-        "error: --checkpoint-frequency writes checkpoints, which needs --save-model"),
-    bad("ppo.py", ["--checkpoint-frequency", "-1", "--save-model"],
-        "error: --checkpoint-frequency must be at least 0, got -1", exact=True),
-    bad("dqn.py", ["--save-buffer"], SAVE_BUFFER_ERROR, one_line=False),
-    bad("dqn_atari.py", ["--save-buffer"], SAVE_BUFFER_ERROR, one_line=False),
-    *[bad(s, ["--env-id", "Pendulum-v1", "--save-buffer"], SAVE_BUFFER_ERROR, exact=True)
-      for s in ("sac_continuous_action.py", "td3_continuous_action.py", "ddpg_continuous_action.py")],
-    # what --eval-only names
-    *[bad(s, ["--eval-only", "nothing.cleanrl_model"], "error: no saved model at nothing.cleanrl_model")
-      for s in ("ppo.py", "ppo_atari.py", "ppg_procgen.py")],
-]
+# the rows' bad_lifecycle cases: what --resume and --eval-only name, another script's checkpoint, flags a resumed
+# run may not change, the checkpoint flags
+BAD_INPUT = [bad(row.name, c.args, c.message, c.one_line, c.exact) for row in SCRIPTS.values()
+             for c in row.bad_lifecycle]
 
 
 @pytest.mark.parametrize("script, args, message, one_line, exact", BAD_INPUT)
@@ -864,7 +649,7 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     common = {"run_name": "x", "iteration": 8, "global_step": 1024, "finished": False, "envs": None, "rng": {},
               "next_obs": torch.zeros(1)}
     def save(checkpoint: dict, name: str) -> None:  # as the scripts write them: sealed with their checksum
-        runtime.save_checkpoint(checkpoint, str(workdir / name))
+        checkpoints.save_checkpoint(checkpoint, str(workdir / name))
 
     save({"script": "ppo.py", "args": asdict(PPOArgs()), **common}, "ppo.pt")
     save({"script": "ppo.py", "args": asdict(PPOArgs()), **common, "finished": True}, "finished.pt")

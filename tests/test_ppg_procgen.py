@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl.ppg_procgen import AuxBuffer, RewardNormalizer, aux_buffer_bytes, aux_losses
-from runtime import resolve_env_id
+from cleanrl.ppg_procgen import AuxBuffer, aux_buffer_bytes, aux_losses
+from environments import RewardNormalizer
+from environments import resolve_env_id
 from tests.helpers import read_scalars, run_script, single_run_dir, values
 from tests.scripts import AUX_LOSSES, PPO_LOSSES, needs
 

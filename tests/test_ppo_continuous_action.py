@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl.ppo_continuous_action import (Agent, Args, NormalizeObservation, RunningMeanStdOfOne, make_envs,
-                                          normalize_obs)
+from cleanrl.ppo_continuous_action import Agent, Args, make_envs
+from environments import NormalizeObservation, RunningMeanStdOfOne, normalize_obs
 from tests.helpers import read_scalars, run_script, single_run_dir, values
 from tests.scripts import PPO_LOSSES, SCRIPTS, needs
 

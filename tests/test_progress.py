@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.helpers import ROOT, run_script, script_env, single_run_dir
-from tests.scripts import SCRIPTS, script_params
+from tests.scripts import SCRIPTS, names, script_params
 from tests.test_run import run_lines
 
 # the speed, or (PPG) how far the auxiliary phase has come; \x1b[K clears what a longer draw left to the right
@@ -56,7 +56,7 @@ def test_on_a_terminal_only_the_progress_line_rewrites_itself(row, workdir):
     assert run_lines(shown)[-1].startswith(f"done: {total} steps in ")
 
 
-@pytest.mark.parametrize("row", script_params(["ppo.py", "dqn.py", "sac_continuous_action.py"]))
+@pytest.mark.parametrize("row", script_params(names(family_sample=True)))  # one script of each family
 def test_no_progress_draws_nothing_on_a_terminal(row, workdir):
     shown = output_on_a_terminal(row, workdir, "--no-progress")
     assert "\r" not in shown and "steps (" not in shown

@@ -1,12 +1,12 @@
 """The flat replay buffer shared from cleanrl/dqn.py: wrap-around, sampling, and true next observations; and its
-twin in device memory (runtime.DeviceReplayBuffer, run here on the CPU), which must hold the same transitions."""
+twin in device memory (replay_memory.DeviceReplayBuffer, run here on the CPU), which must hold the same transitions."""
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-import runtime
-from runtime import DeviceReplayBuffer, ReplayBuffer, true_next_obs
+import checkpoints
+from replay_memory import DeviceReplayBuffer, ReplayBuffer, true_next_obs
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 
@@ -113,18 +113,18 @@ def test_the_device_memory_samples_only_written_slots_from_its_own_generator():
     assert set(data.rewards.tolist()) == {0.0, 1.0, 2.0, 3.0}
     np.testing.assert_array_equal(data.next_observations[:, 0].numpy(), data.observations[:, 0].numpy() + 0.5)
     # the sampling generator is a checkpoint entry: restored, it draws the same batch again
-    state = runtime.state_of(rb.rng)
+    state = checkpoints.state_of(rb.rng)
     first = rb.sample(8).rewards
-    runtime.load_state_of(rb.rng, state)
+    checkpoints.load_state_of(rb.rng, state)
     assert torch.equal(rb.sample(8).rewards, first)
 
 
 def test_a_sampling_generator_saved_by_the_other_kind_is_seeded_from_it():
-    numpy_state = runtime.state_of(np.random.default_rng(3))
+    numpy_state = checkpoints.state_of(np.random.default_rng(3))
     a, b = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
-    runtime.load_state_of(a, numpy_state)
-    runtime.load_state_of(b, numpy_state)
+    checkpoints.load_state_of(a, numpy_state)
+    checkpoints.load_state_of(b, numpy_state)
     assert torch.equal(a.get_state(), b.get_state())  # the same saved state, the same seed
     rng = np.random.default_rng(0)
-    runtime.load_state_of(rng, runtime.state_of(torch.Generator().manual_seed(5)))
+    checkpoints.load_state_of(rng, checkpoints.state_of(torch.Generator().manual_seed(5)))
     assert rng.integers(1 << 30) != np.random.default_rng(0).integers(1 << 30)

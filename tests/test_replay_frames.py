@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from runtime import FrameReplayBuffer, atari_true_next_obs, make_atari_envs
+from environments import make_atari_envs
+from replay_memory import FrameReplayBuffer, atari_true_next_obs
 
 CPU = torch.device("cpu")
 

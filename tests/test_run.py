@@ -1,5 +1,6 @@
 """Every script, run as a user runs it: through its learning updates (read back from the event file), a saved
-and evaluated model, what it prints, and the same losses for the same seed."""
+and evaluated model, what it prints, and the same losses for the same seed; each on its row's tiny budget
+(tests/scripts.py), and the continuous off-policy family on HalfCheetah too."""
 
 import re
 import subprocess
@@ -8,19 +9,12 @@ import sys
 import pytest
 
 from tests.helpers import ROOT, read_scalars, run_script, script_env, single_run_dir, values
-from tests.scripts import HALFCHEETAH_OFF, needs, script_params
+from tests.scripts import HALFCHEETAH_OFF, names, needs, script_params
 
 
 def run_tiny(row, cwd, *extra: str):
     return run_script(row.name, *row.args, *extra, cwd=cwd, launcher=list(row.launcher) if row.launcher else None,
                       timeout=600)
-
-
-# The scripts whose old tests ran with --track and --capture-video, and the other continuous off-policy ones.
-# ppo_atari.py (video of both env backends), ppo_atari_multigpu.py (two ranks) and ppg_procgen.py (its own recorder
-# of envpool's frames, and a budget in which env 0 ends an episode) check theirs in their own test files.
-TRACKED = ["ppo.py", "ppo_continuous_action.py", "dqn.py", "c51.py", "dqn_atari.py", "c51_atari.py",
-           "ddpg_continuous_action.py", "td3_continuous_action.py", "sac_continuous_action.py"]
 
 
 # torchrun's own banner (when OMP_NUM_THREADS is unset), the ranks' start-up and checksum lines, and W&B's lines
@@ -36,8 +30,9 @@ def run_lines(text: str) -> list[str]:
 @pytest.mark.parametrize("row", script_params())
 def test_runs_through_updates_then_saves_evaluates_and_says_where_into_a_log_file(row, workdir):
     # stdout and stderr both go to one file, as with `python cleanrl/X.py > log 2>&1` (nohup, a batch job's log);
-    # the scripts whose old tests ran with --track and --capture-video still do
-    tracked = ("--track", "--capture-video") if row.name in TRACKED else ()
+    # with --track and --capture-video, but for the rows whose own test files check those (row.tracked: video of
+    # both Atari env backends, two ranks, envpool's frames)
+    tracked = ("--track", "--capture-video") if row.tracked else ()
     log = workdir / "log"
     cmd = list(row.launcher or [sys.executable]) + [str(ROOT / "cleanrl" / row.name), *row.args, "--save-model",
                                                      "--eval-episodes", "2", *row.eval_args, *tracked,
@@ -99,8 +94,7 @@ def test_same_seed_gives_identical_losses(row, workdir):
 
 
 @needs("mujoco")
-@pytest.mark.parametrize("row", script_params(["ddpg_continuous_action.py", "td3_continuous_action.py",
-                                               "sac_continuous_action.py"]))
+@pytest.mark.parametrize("row", script_params(names(family="off_policy")))
 def test_off_policy_scripts_run_through_their_updates_on_halfcheetah(row, workdir):
     run_script(row.name, *HALFCHEETAH_OFF, cwd=workdir)
     scalars = read_scalars(single_run_dir(workdir))

@@ -7,6 +7,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from typing import Annotated
 
 import gymnasium as gym
 import numpy as np
@@ -15,8 +16,15 @@ import torch
 import torch.nn as nn
 from gymnasium.spaces import Box, Discrete
 
+import checkpoints
+import environments
+import replay_memory
+import flags
 import runtime
-from runtime import ReplayBuffer, find_non_finite, load_state_of, save_checkpoint, state_of
+import speed
+from checkpoints import load_state_of, save_checkpoint, state_of
+from replay_memory import ReplayBuffer
+from runtime import find_non_finite
 from tests.scripts import SCRIPTS
 
 
@@ -77,7 +85,7 @@ def test_generator_and_buffer_state_round_trip():
 
 
 @dataclass
-class EnvArgs(runtime.RunArgs):
+class EnvArgs(flags.RunArgs):
     env_id: str = "CartPole-v1"
 
 
@@ -87,23 +95,23 @@ class EnvArgs(runtime.RunArgs):
     ("mymodule:custom/Env-v1", "mymodule-custom-Env-v1__ppo__3__"),
 ])
 def test_run_names_are_one_directory(env_id, prefix):
-    assert runtime.run_prefix(EnvArgs(env_id=env_id, exp_name="ppo", seed=3)) == prefix
+    assert checkpoints.run_prefix(EnvArgs(env_id=env_id, exp_name="ppo", seed=3)) == prefix
 
 
 def test_env_state_is_plain_data_that_restores_classic_control_exactly(workdir):
-    envs = runtime.make_envs("CartPole-v1", 2, False, "x")
+    envs = environments.make_envs("CartPole-v1", 2, False, "x")
     envs.reset(seed=1)
     for _ in range(30):  # past an episode end, so the statistics wrapper holds returns
         envs.step(np.array([0, 1]))
-    state, why = runtime.env_state(envs)
+    state, why = checkpoints.env_state(envs)
     assert state is not None and why == ""
     # through a real checkpoint file, read as a resume reads it (weights only: no pickled object could load)
     save_checkpoint({"envs": state}, "c.pt")
-    loaded = runtime.read_torch_file("c.pt", "checkpoint")["envs"]
+    loaded = checkpoints.read_torch_file("c.pt", "checkpoint")["envs"]
     after = [envs.step(np.array([1, 1])) for _ in range(40)]
-    copy = runtime.make_envs("CartPole-v1", 2, False, "x")
+    copy = environments.make_envs("CartPole-v1", 2, False, "x")
     copy.reset(seed=99)
-    assert runtime.load_env_state(copy, loaded, "c.pt")
+    assert checkpoints.load_env_state(copy, loaded, "c.pt")
     again = [copy.step(np.array([1, 1])) for _ in range(40)]
     for (obs, reward, term, trunc, _), (obs2, reward2, term2, trunc2, _) in zip(after, again):
         assert (obs == obs2).all() and (reward == reward2).all() and (term == term2).all() and (trunc == trunc2).all()
@@ -115,26 +123,26 @@ def test_env_state_is_plain_data_that_restores_classic_control_exactly(workdir):
         observation_space, action_space = Box(-1, 1, (1,)), Discrete(2)
 
     sync = gym.vector.SyncVectorEnv([lambda: Rebuilt()])
-    state, why = runtime.env_state(sync)
+    state, why = checkpoints.env_state(sync)
     assert state is None and "Rebuilt keeps its state outside Python" in why
 
 
 def test_an_env_state_for_other_envs_or_of_foreign_entries_fails_in_one_line(workdir):
-    cartpole = runtime.make_envs("CartPole-v1", 2, False, "x")
+    cartpole = environments.make_envs("CartPole-v1", 2, False, "x")
     cartpole.reset(seed=1)
-    state = runtime.env_state(cartpole)[0]
-    acrobot = runtime.make_envs("Acrobot-v1", 2, False, "x")
+    state = checkpoints.env_state(cartpole)[0]
+    acrobot = environments.make_envs("Acrobot-v1", 2, False, "x")
     with pytest.raises(SystemExit) as e:
-        runtime.load_env_state(acrobot, state, "c.pt")
+        checkpoints.load_env_state(acrobot, state, "c.pt")
     assert str(e.value).startswith("error: cannot restore the environments' state from c.pt: envs.env.envs[0]")
     assert "CartPoleEnv" in str(e.value) and "\n" not in str(e.value)
     # entries that would build something other than plain data are refused, whatever they name
     for entry in [("object", "os._wrap_close", {}), ("array", "|O", [1], b"12345678"),
                   ("generator", json.dumps({"bit_generator": "os.system", "state": {}})), ("call", "os.system"),
                   ["a list is no entry"], ("array", "<f8", [4], b"short")]:
-        crafted = ("object", runtime.class_name(cartpole), {"episode_returns": entry})
+        crafted = ("object", checkpoints.class_name(cartpole), {"episode_returns": entry})
         with pytest.raises(SystemExit, match="error: cannot restore the environments' state from c.pt: "):
-            runtime.load_env_state(cartpole, crafted, "c.pt")
+            checkpoints.load_env_state(cartpole, crafted, "c.pt")
 
 
 def test_an_env_state_saved_as_a_pickle_by_an_older_version_is_never_unpickled(workdir, capsys):
@@ -143,8 +151,8 @@ def test_an_env_state_saved_as_a_pickle_by_an_older_version_is_never_unpickled(w
             return (open, (str(workdir / "marker"), "w"))
 
     import pickle
-    envs = runtime.make_envs("CartPole-v1", 1, False, "x")
-    assert runtime.load_env_state(envs, pickle.dumps(Payload()), "c.pt") is False
+    envs = environments.make_envs("CartPole-v1", 1, False, "x")
+    assert checkpoints.load_env_state(envs, pickle.dumps(Payload()), "c.pt") is False
     assert not (workdir / "marker").exists()
     assert "note: c.pt holds its environments' state as a pickle" in capsys.readouterr().out
 
@@ -201,47 +209,54 @@ def test_progress_shows_a_long_part_of_an_iteration_in_place_of_the_speed(capsys
 
 # ---- declared flag ranges, budgets, run directories, unreadable checkpoints, failed writes (bad input) ----
 SCRIPT_MODULES = [name[:-3] for name in SCRIPTS]
-UNBOUNDED = {"v_min", "v_max"}  # any finite number (c51 checks v_min < v_max itself)
 
 
 @pytest.mark.parametrize("module", SCRIPT_MODULES)
-def test_every_numeric_flag_of_every_script_has_a_declared_range(module):
+def test_every_numeric_flag_of_every_script_declares_its_range(module):
     import dataclasses
     import importlib
     import typing
 
     args_cls = importlib.import_module(module).Args
+    ranges = flags.flag_ranges(args_cls)
     for field in dataclasses.fields(args_cls):
-        types = {field.type, *typing.get_args(field.type)} - {type(None)}
+        types = {typing.get_origin(t) and typing.get_args(t)[0] or t
+                 for t in (field.type, *typing.get_args(field.type))} - {type(None)}
         if types & {int, float} and bool not in types:
-            assert field.name in runtime.FLAG_RANGES or field.name in UNBOUNDED, f"{module}: --{field.name}"
-    runtime.check_flag_ranges(args_cls())  # the defaults lie in their ranges
+            flag = "--" + field.name.replace("_", "-")
+            assert field.name in ranges, f"{module}.py: {flag} declares no range (give it a type such as PositiveFloat)"
+    flags.check_flag_ranges(args_cls())  # the defaults lie in their ranges
 
 
-def one_flag(name: str, value):
+def one_flag(name: str, value, interval: str = ""):
+    """A dataclass of one flag, its type declaring `interval` (none where empty)."""
     from dataclasses import make_dataclass
 
-    return make_dataclass("Args", [(name, type(value), value)])()
+    kind = type(value) if not interval else Annotated[type(value), flags.Range(interval)]
+    return make_dataclass("Args", [(name, kind, value)])()
 
 
-def flag_types() -> dict:
-    """The type of every flag of every script (int or float; Optional[X] as X)."""
-    import dataclasses
+def all_ranges() -> dict[str, tuple[str, type]]:
+    """{flag: (interval, int or float)} over every script."""
     import importlib
     import typing
 
-    types = {}
+    found = {}
     for module in SCRIPT_MODULES:
-        for field in dataclasses.fields(importlib.import_module(module).Args):
-            types[field.name] = next(t for t in (*typing.get_args(field.type), field.type) if t is not type(None))
-    return types
+        args_cls = importlib.import_module(module).Args
+        hints = typing.get_type_hints(args_cls, include_extras=True)
+        for name, interval in flags.flag_ranges(args_cls).items():
+            hint = hints[name]
+            annotated = next(h for h in (hint, *typing.get_args(hint)) if hasattr(h, "__metadata__"))
+            found[name] = interval, typing.get_args(annotated)[0]
+    return found
 
 
 def test_flag_ranges_take_their_ends_as_declared_and_refuse_what_lies_outside():
-    types = flag_types()
-    for name, interval in runtime.FLAG_RANGES.items():
+    for name, (interval, kind) in all_ranges().items():
         low, high = (float(end) for end in interval[1:-1].split(","))
-        kind = types[name]
+        if low == -math.inf:
+            continue  # any finite number: only the finiteness check below applies
         inside, outside = [], [kind(low) - 1]
         (inside if interval[0] == "[" else outside).append(kind(low))
         if high != math.inf:
@@ -250,41 +265,53 @@ def test_flag_ranges_take_their_ends_as_declared_and_refuse_what_lies_outside():
         else:
             inside.append(kind(low) + 1000)
         for value in inside:
-            runtime.check_flag_ranges(one_flag(name, value))
+            flags.check_flag_ranges(one_flag(name, value, interval))
         flag = f"--{name.replace('_', '-')}"
         for value in outside:
             with pytest.raises(SystemExit) as e:
-                runtime.check_flag_ranges(one_flag(name, value))
+                flags.check_flag_ranges(one_flag(name, value, interval))
             assert str(e.value).startswith(f"error: {flag} must be ") and str(e.value).endswith(f"got {value}")
     for value in (math.nan, math.inf, -math.inf):  # every float flag, ranged or not
-        for name in ("learning_rate", "v_min"):
+        for name, interval in (("learning_rate", "(0, inf)"), ("v_min", "(-inf, inf)"), ("unranged", "")):
             with pytest.raises(SystemExit, match=f"--{name.replace('_', '-')} must be a finite number"):
-                runtime.check_flag_ranges(one_flag(name, value))
+                flags.check_flag_ranges(one_flag(name, value, interval))
 
 
 def test_ranges_read_as_words():
-    for name, value, message in [("learning_rate", -1.0, "--learning-rate must be above 0, got -1.0"),
-                                 ("num_envs", 0, "--num-envs must be at least 1, got 0"),
-                                 ("gamma", 1.5, "--gamma must be in [0, 1], got 1.5"),
-                                 ("tau", 0.0, "--tau must be in (0, 1], got 0.0")]:
+    for name, value, interval, message in [
+        ("learning_rate", -1.0, "(0, inf)", "--learning-rate must be above 0, got -1.0"),
+        ("num_envs", 0, "[1, inf)", "--num-envs must be at least 1, got 0"),
+        ("gamma", 1.5, "[0, 1]", "--gamma must be in [0, 1], got 1.5"),
+        ("tau", 0.0, "(0, 1]", "--tau must be in (0, 1], got 0.0"),
+    ]:
         with pytest.raises(SystemExit) as e:
-            runtime.check_flag_ranges(one_flag(name, value))
+            flags.check_flag_ranges(one_flag(name, value, interval))
         assert str(e.value) == f"error: {message}"
 
 
+def test_run_flags_come_after_the_algorithm_flags_and_a_script_default_stays():
+    import dataclasses
+    import importlib
+
+    names = [f.name for f in dataclasses.fields(importlib.import_module("ppo_atari").Args)]
+    assert names.index("env_id") < names.index("learning_rate") < names.index("seed") < names.index("resume"), names
+    assert importlib.import_module("ppo_atari").Args().torch_threads == 0  # its own default, not RunArgs' 1
+    assert importlib.import_module("ppo").Args().torch_threads == 1
+
+
 def test_whole_iterations_warns_when_it_drops_more_than_a_percent_and_fails_below_one(capsys):
-    assert runtime.whole_iterations(500_000, 512, "one batch") == 976  # the defaults: 288 steps dropped, silently
+    assert flags.whole_iterations(500_000, 512, "one batch") == 976  # the defaults: 288 steps dropped, silently
     assert capsys.readouterr().err == ""
-    assert runtime.whole_iterations(1000, 512, "one batch") == 1
+    assert flags.whole_iterations(1000, 512, "one batch") == 1
     assert capsys.readouterr().err == ("warning: --total-timesteps 1000 is not a multiple of one batch (512 steps): "
                                        "the run takes 512 steps\n")
     with pytest.raises(SystemExit, match="--total-timesteps 100 is less than one batch"):
-        runtime.whole_iterations(100, 512, "one batch")
+        flags.whole_iterations(100, 512, "one batch")
 
 
 def test_run_directories_are_claimed_exclusively_within_one_second(workdir, monkeypatch):
     monkeypatch.setattr(runtime.time, "time", lambda: 1700000000.5)
-    names = [runtime.claim_run_directory("Env__x__1__") for _ in range(3)]
+    names = [checkpoints.claim_run_directory("Env__x__1__") for _ in range(3)]
     assert [n for n, _ in names] == ["Env__x__1__1700000000", "Env__x__1__1700000000-2", "Env__x__1__1700000000-3"]
     assert names[0][1] == "" and "runs/Env__x__1__1700000000 is another run started in the same second" in names[1][1]
     assert sorted(os.listdir("runs")) == [n for n, _ in names]
@@ -293,7 +320,7 @@ def test_run_directories_are_claimed_exclusively_within_one_second(workdir, monk
 def test_a_runs_file_in_the_way_fails_in_one_line(workdir):
     (workdir / "runs").write_text("")
     with pytest.raises(SystemExit, match="error: cannot create the run directory runs/Env__x__1__.*: runs is not a"):
-        runtime.claim_run_directory("Env__x__1__")
+        checkpoints.claim_run_directory("Env__x__1__")
 
 
 def a_checkpoint(script: str = "ppo.py", **entries) -> dict:
@@ -313,11 +340,11 @@ def test_resume_auto_takes_the_newest_name_it_gave_and_ignores_others(workdir):
         def run_env_id(self):
             return self.env_id
 
-    prefix = runtime.run_prefix(Args())
+    prefix = checkpoints.run_prefix(Args())
     for suffix, step in [("100", 1), ("100-2", 2), ("99", 3), ("100__backup", 4), ("300backup", 5), ("300-x", 6)]:
         os.makedirs(f"runs/{prefix}{suffix}")
         torch.save(a_checkpoint(global_step=step), f"runs/{prefix}{suffix}/checkpoint.pt")
-    found = runtime.find_resume_checkpoint(Args(), "ppo.py")
+    found = checkpoints.find_resume_checkpoint(Args(), "ppo.py")
     assert found["global_step"] == 2 and found["loaded_from"] == f"runs/{prefix}100-2/checkpoint.pt"
 
 
@@ -339,11 +366,11 @@ def test_any_file_that_is_no_checkpoint_of_the_script_fails_in_one_line(workdir,
     else:
         (workdir / "x").write_bytes(content)
     with pytest.raises(SystemExit) as e:
-        runtime.load_checkpoint("x", "ppo.py")
+        checkpoints.load_checkpoint("x", "ppo.py")
     assert str(e.value).startswith(f"error: {message}") and "\n" not in str(e.value)
     if isinstance(content, bytes):  # --eval-only of a bare model file reads it the same way
         with pytest.raises(SystemExit) as e:
-            runtime.read_torch_file("x", "model")
+            checkpoints.read_torch_file("x", "model")
         assert str(e.value).startswith(f"error: {message.replace('checkpoint', 'model')}")
 
 
@@ -395,9 +422,9 @@ def test_memory_beyond_this_machine_fails_naming_the_flag_and_the_bytes():
     assert str(e.value).startswith("error: --buffer-size 100000000000 asks for a replay memory of "
                                    "4,800,000,000,000 bytes (4,470.3 GiB); this machine has ")
     with pytest.raises(SystemExit, match="--buffer-size 100000000000 asks for a replay memory of"):
-        runtime.FrameReplayBuffer.check_fits(10**11, 1)
+        replay_memory.FrameReplayBuffer.check_fits(10**11, 1)
     # the estimate is what the memory really allocates
-    frames = runtime.FrameReplayBuffer(1000, Box(0, 255, (4, 84, 84), np.uint8), Discrete(4), 2, torch.device("cpu"), 0)
+    frames = replay_memory.FrameReplayBuffer(1000, Box(0, 255, (4, 84, 84), np.uint8), Discrete(4), 2, torch.device("cpu"), 0)
     per_slot = frames.nbytes // (2 * frames.capacity)
     assert per_slot == 84 * 84 + 8 + 9
 
@@ -411,18 +438,18 @@ def test_free_cores_counts_a_core_another_process_keeps_busy():
         import time
 
         time.sleep(0.5)
-        assert runtime.free_cores() == 1  # every core busy: one thread, never more
+        assert speed.free_cores() == 1  # every core busy: one thread, never more
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    assert 1 <= runtime.free_cores() <= len(os.sched_getaffinity(0))
+    assert 1 <= speed.free_cores() <= len(os.sched_getaffinity(0))
 
 
 def test_thread_guard_counts_other_processes_busy_time_not_its_own(monkeypatch):
     monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(runtime.os, "sysconf", lambda name: 100)  # clock ticks per second
-    guard = runtime.ThreadGuard.__new__(runtime.ThreadGuard)
+    guard = speed.ThreadGuard.__new__(speed.ThreadGuard)
     # 10 s on 2 cores: 2000 ticks in all, 1000 of them busy; this process used 2 s of CPU (200 ticks): others 800
     start, end = (0.0, 1000, 4000, 5.0), (10.0, 2000, 6000, 7.0)
     assert guard.others_busy(start, end) == pytest.approx(0.8)
@@ -443,7 +470,7 @@ def test_thread_guard_leaves_out_its_own_busy_time_and_gives_up_threads_when_oth
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        guard = runtime.ThreadGuard(every=0.5)
+        guard = speed.ThreadGuard(every=0.5)
         stop = threading.Event()
 
         def spin():
@@ -511,9 +538,9 @@ def test_a_resumed_run_shows_the_returns_it_showed_when_stopped(workdir):
     stopped = runtime.Run(Args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), None, 10, 100, 0)
     for episodic_return in (1.0, 2.0, 6.0):
         stopped.progress.episode(episodic_return)
-    stopped.envs = runtime.make_envs("CartPole-v1", 1, False, "x")
+    stopped.envs = environments.make_envs("CartPole-v1", 1, False, "x")
     stopped.save(3, 300, np.zeros(1), finished=False)
-    saved = runtime.load_checkpoint(str(workdir / "checkpoint.pt"), "ppo.py")
+    saved = checkpoints.load_checkpoint(str(workdir / "checkpoint.pt"), "ppo.py")
     assert saved["recent_returns"] == [1.0, 2.0, 6.0]
     resumed = runtime.Run(Args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), saved, 10, 100, 0)
     assert resumed.progress.recent_return() == "3.0"

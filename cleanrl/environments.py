@@ -1,0 +1,440 @@
+# docs: docs/contributing.md (the layout of cleanrl/)
+"""The environments the scripts train on: classic control and MuJoCo (a SyncVectorEnv with same-step autoreset and
+episode statistics), Atari (ale-py's native vector env or gymnasium's wrappers, with the preprocessing of Mnih et al.
+2015), Procgen (envpool), and their videos; the normalization wrappers whose statistics a checkpoint keeps; and
+the evaluation loop (evaluate_episodes)."""
+
+import os
+import sys
+import time
+from typing import Callable, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.utils import RunningMeanStd
+
+from messages import fail
+
+
+def probe_env(env_id: str, action_space: type, finite_actions: bool = False) -> gym.Env:
+    """One environment, built to check the id and its spaces before any work starts; fails in one line that names
+    the script running (the file python was given)."""
+    script = os.path.basename(sys.argv[0])
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+    space, obs_space = env.action_space, env.observation_space
+    kind = "Discrete" if action_space is gym.spaces.Discrete else "Box (continuous)"
+    if not isinstance(space, action_space):
+        fail(f"{env_id} has action space {space}; {script} supports {kind} actions only")
+    if action_space is gym.spaces.Box:
+        if len(space.shape) != 1:
+            fail(f"{env_id} has action shape {space.shape}; {script} supports 1-D Box actions only")
+        if finite_actions and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            fail(f"{env_id} has unbounded action space {space}; {script} needs finite low and high bounds")
+        if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+            fail(f"{env_id} has observation space {obs_space}; {script} supports flat Box observations only")
+    return env
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
+    def thunk():
+        if capture_video and idx == 0:
+            return gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array"), f"videos/{run_name}")
+        return gym.make(env_id)
+    return thunk
+
+
+def make_envs(env_id: str, num_envs: int, capture_video: bool, run_name: str) -> gym.vector.VectorEnv:
+    """num_envs copies of env_id with episode statistics in a SyncVectorEnv (Async costs 10x on 2 cores), same-step
+    autoreset: an episode's last step returns the next one's first observation and the true last in info["final_obs"],
+    so every step is a real transition and a truncated episode can bootstrap from its final observation."""
+    envs = gym.vector.SyncVectorEnv([make_env(env_id, i, capture_video, run_name) for i in range(num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+# Atari environments with the preprocessing of Mnih et al. 2015 (OpenAI Baselines' atari_wrappers): noop reset (up
+# to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84 grayscale (cv2 INTER_AREA), a
+# stack of the last 4 frames (zeros before the first), episodic life and sign-clipped rewards for learning.
+ATARI_BACKENDS = ("ale-vector", "gymnasium")
+
+
+def import_ale():
+    """ale-py (the `atari` extra), imported on first use so that the other scripts never need it."""
+    try:
+        import ale_py
+    except ImportError as e:
+        fail(f"the Atari scripts need ale-py: pip install -e '.[atari]' ({e})")
+    gym.register_envs(ale_py)
+    return ale_py
+
+
+def atari_emulator_settings(env_id: str) -> dict:
+    """The emulator settings of an Atari id: `<Game>NoFrameskip-v4` no sticky actions (the DQN and PPO papers, CleanRL's
+    benchmarks), `ALE/<Game>-v5` sticky with p=0.25 (Machado et al. 2018); minimal action set, 108000 frames a game.
+    Ids that skip frames themselves (`Breakout-v4`), v0, `-ram` and non-ale-py ids are refused (`error:`, exit 1)."""
+    import_ale()
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        fail(f"cannot make environment {env_id!r}: {e}")
+    if spec.entry_point != "ale_py.env:AtariEnv":
+        fail(f"{env_id} is not an Atari game; use an id like BreakoutNoFrameskip-v4 or ALE/Breakout-v5")
+    kwargs = spec.kwargs
+    supported = env_id.endswith("NoFrameskip-v4") or (spec.namespace == "ALE" and spec.version == 5)
+    if not supported or kwargs.get("obs_type", "rgb") != "rgb":
+        fail(f"{env_id} is not supported; use a <Game>NoFrameskip-v4 or ALE/<Game>-v5 id (image observations)")
+    return dict(game=kwargs["game"], repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
+                full_action_space=bool(kwargs.get("full_action_space", False)),
+                max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)))
+
+
+class FireOnReset(gym.Wrapper):
+    """Press FIRE for one emulator frame after each game reset, before the noops, like the native use_fire_reset
+    (Breakout waits for FIRE). Under the frame skip, so it costs one frame; after a lost life the agent fires."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire_action = meanings.index("FIRE") if "FIRE" in meanings else None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        if self.fire_action is not None:
+            obs, _, terminated, truncated, info = self.env.step(self.fire_action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, noop_max: int, max_frames: int):
+    """Thunk for the gymnasium backend: one whole game per episode (life loss is handled by AtariGameStatistics)."""
+
+    def thunk():
+        settings = atari_emulator_settings(env_id)
+        # frameskip=1: AtariPreprocessing skips frames itself (v5 ids skip 4 by default).
+        kwargs = dict(frameskip=1, repeat_action_probability=settings["repeat_action_probability"],
+                      full_action_space=settings["full_action_space"], max_num_frames_per_episode=max_frames)
+        if capture_video and idx == 0:  # every emulator frame in colour, whole games (all lives)
+            env = gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array", **kwargs), f"videos/{run_name}")
+        else:
+            env = gym.make(env_id, **kwargs)
+        env = gym.wrappers.AtariPreprocessing(FireOnReset(env), noop_max=noop_max, frame_skip=4, screen_size=84,
+                                              grayscale_obs=True)
+        # padding_type="zero": the first observation of a game is [0, 0, 0, frame], as in the native env.
+        return gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+    return thunk
+
+
+class RecordFirstGameFrames(gym.vector.VectorWrapper):
+    """Video for ale-vector, which renders nothing: env 0's newest 84x84 frame, one mp4 per game on the capped cubic
+    schedule (games 0, 1, 8, 27, ..., 1000, 2000, ...), 15 fps. Wrap the full-game env, under AtariGameStatistics."""
+
+    def __init__(self, env: gym.vector.VectorEnv, video_folder: str):
+        super().__init__(env)
+        self.video_folder, self.game_index, self.frames = video_folder, 0, []
+        # imported here: it imports moviepy, which a run without --capture-video should not wait for
+        from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
+        self.schedule, self.save = capped_cubic_video_schedule, save_video
+
+    def _add(self, stacked_obs: np.ndarray) -> None:
+        if self.schedule(self.game_index):
+            self.frames.append(np.repeat(stacked_obs[-1][..., None], 3, axis=-1))
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.frames = []
+        self._add(obs[0])
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if terminated[0] or truncated[0]:
+            self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
+            if self.frames:
+                self.save(self.frames, self.video_folder, episode_index=self.game_index, fps=15)
+            self.game_index, self.frames = self.game_index + 1, []
+        self._add(obs[0])
+        return obs, reward, terminated, truncated, info
+
+
+class AtariGameStatistics(gym.vector.VectorWrapper):
+    """The learning signal and the real score over a vector env of whole games. step() returns reward sign(r) if
+    clip_rewards, else the raw score change; terminated: game over, or (terminal_on_life_loss) a life lost
+    (info["life_lost"]; the game goes on, nothing bootstraps across it); truncated: the frame limit; at a game end
+    (same-step autoreset: info["final_obs"]) RecordEpisodeStatistics' info["episode"] = {"r": raw score over all
+    lives, "l": agent steps, "t": seconds since the wrapper was made} and its mask info["_episode"]."""
+
+    def __init__(self, env: gym.vector.VectorEnv, terminal_on_life_loss: bool = True, clip_rewards: bool = True):
+        super().__init__(env)
+        self.terminal_on_life_loss, self.clip_rewards = terminal_on_life_loss, clip_rewards
+        self.start_time = time.perf_counter()
+        self.game_returns = np.zeros(self.num_envs, dtype=np.float64)
+        self.game_lengths, self.lives = (np.zeros(self.num_envs, dtype=np.int64) for _ in range(2))
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.game_returns[:], self.game_lengths[:] = 0, 0
+        self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        raw_reward = np.asarray(reward, dtype=np.float64)
+        self.game_returns += raw_reward
+        self.game_lengths += 1
+        game_over = np.logical_or(terminated, truncated)
+        # at a game end, info["lives"] already belongs to the next game, so only compare within a game
+        lives = np.asarray(info["lives"], dtype=np.int64)
+        info["life_lost"] = life_lost = np.logical_and(lives < self.lives, np.logical_not(game_over))
+        self.lives = lives.copy()
+        if game_over.any():
+            info["episode"] = {"r": np.where(game_over, self.game_returns, 0.0),
+                               "l": np.where(game_over, self.game_lengths, 0),
+                               "t": np.where(game_over, round(time.perf_counter() - self.start_time, 6), 0.0)}
+            info["_episode"] = game_over
+            self.game_returns[game_over], self.game_lengths[game_over] = 0, 0
+        terminated = np.logical_or(terminated, life_lost) if self.terminal_on_life_loss else terminated
+        reward = np.sign(raw_reward) if self.clip_rewards else reward
+        return obs, reward.astype(np.float32), terminated, truncated, info
+
+
+def make_atari_envs(env_id: str, num_envs: int, backend: str = "ale-vector", capture_video: bool = False,
+                    run_name: str = "", noop_max: int = 30, terminal_on_life_loss: bool = True,
+                    clip_rewards: bool = True, max_frames: Optional[int] = None) -> gym.vector.VectorEnv:
+    """`num_envs` preprocessed Atari games, same-step autoreset; reset(seed=s) seeds env i with s + i; observations
+    uint8 (num_envs, 4, 84, 84), scaled in the network. "ale-vector": ale-py's threaded C++ AtariVectorEnv, its reward
+    clipping and episodic life off (its episodic_life resets the game at each lost life); "gymnasium": the wrappers
+    above. They agree frame for frame but for the reset noops: native 0..noop_max-1 from its own RNG (one fewer after
+    FIRE), gymnasium 1..noop_max from np_random. capture_video: env 0 (gymnasium: in colour; ale-vector: as seen).
+    max_frames overrides the id's frame limit per game."""
+    if backend not in ATARI_BACKENDS:
+        fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+    settings = atari_emulator_settings(env_id)
+    max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
+    if backend == "gymnasium":
+        envs = gym.vector.SyncVectorEnv(
+            [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+    from ale_py.vector_env import AtariVectorEnv
+    envs = AtariVectorEnv(
+        settings["game"], num_envs, repeat_action_probability=settings["repeat_action_probability"],
+        full_action_space=settings["full_action_space"], max_num_frames_per_episode=max_frames,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, img_height=84, img_width=84, grayscale=True, stack_num=4,
+        frameskip=4, maxpool=True, noop_max=noop_max, use_fire_reset=True, episodic_life=False, life_loss_info=False,
+        reward_clipping=False)
+    envs = RecordFirstGameFrames(envs, f"videos/{run_name}") if capture_video else envs
+    return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+
+# Procgen, from envpool (the procgen package does not install on current Python)
+PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot", "heist",
+                 "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
+
+
+def procgen_import_problem(exc: ImportError) -> str:
+    """The one-line reason why envpool's Procgen cannot be used, naming what to install."""
+    chain, e = [], exc
+    while e is not None:
+        chain.append(str(e))
+        e = e.__cause__ or e.__context__
+    if "Qt" in " ".join(chain):
+        return ("envpool's Procgen needs the Qt 5 runtime, which is missing: install Debian's libqt5gui5 "
+                f"(apt-get install libqt5gui5) ({chain[-1]})")
+    return f"the Procgen scripts need envpool (pip install 'envpool>=0.8') and Debian's libqt5gui5: {chain[0]}"
+
+
+def load_envpool():
+    """Import envpool and its Procgen extension, or stop in one line saying what is missing."""
+    try:
+        import envpool
+        import envpool.procgen
+        envpool.procgen.ProcgenEnvSpec  # noqa: B018 (envpool defers the Qt ImportError to this attribute)
+    except ImportError as e:
+        fail(procgen_import_problem(e))
+    return envpool
+
+
+def resolve_env_id(env_id: str, distribution_mode: str, known_ids: list[str]) -> str:
+    """`starpilot`, easy -> StarpilotEasy-v0 (envpool's id); an envpool Procgen id passes through unchanged."""
+    game = env_id.lower()
+    if game in PROCGEN_GAMES:
+        resolved = f"{game.capitalize()}{distribution_mode.capitalize()}-v0"
+        if resolved not in known_ids:
+            modes = sorted(i[len(game) : -len("-v0")].lower() for i in known_ids if i.lower().startswith(game))
+            fail(f"{env_id} has no {distribution_mode!r} distribution (it has: {', '.join(modes)})")
+        return resolved
+    modes = ("Easy", "Hard", "Extreme", "Memory", "Exploration")
+    if env_id in {f"{g.capitalize()}{m}-v0" for g in PROCGEN_GAMES for m in modes} & set(known_ids):
+        return env_id
+    fail(f"unknown Procgen game {env_id!r}; use one of {', '.join(PROCGEN_GAMES)} or an envpool id like "
+         "StarpilotEasy-v0")
+
+
+def make_procgen_envs(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
+    """num_envs envs of the envpool Procgen id env_id, all levels (num_levels=0), with episode statistics."""
+    # envpool's Procgen is a gymnasium VectorEnv with NEXT_STEP autoreset and no same-step mode. Procgen
+    # itself starts the next level inside the step that ends an episode, so that step's observation is
+    # already a new level's frame and the true final observation is lost; envpool then spends the
+    # following step on a reset (action ignored, reward 0, elapsed_step 0, obs = first frame of the
+    # episode actually played). Those reset steps are masked out of learning (ppg_procgen.py's `valid`).
+    # Procgen's own time limit (e.g. 1000 steps in starpilot) is reported as truncation, but with no
+    # final observation to bootstrap from it is treated as termination, as in the Procgen and PPG papers.
+    # RecordEpisodeStatistics understands NEXT_STEP: it counts no reward and no length on the reset steps.
+    envs = load_envpool().make_gymnasium(env_id, num_envs=num_envs, seed=seed, num_levels=0, start_level=0)
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+class VideoRecorder:
+    """Env 0's episodes from its 64x64 RGB observations (envpool has no video wrapper), on the capped cubic schedule."""
+
+    def __init__(self, folder: str, name_prefix: str = "rl-video"):
+        from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video  # moviepy: only when asked
+
+        self.folder, self.save, self.trigger = folder, save_video, capped_cubic_video_schedule
+        self.name_prefix, self.frames, self.episode = name_prefix, [], 0
+
+    def add(self, obs: np.ndarray, done: bool) -> None:
+        """obs: (3, 64, 64) uint8 returned by a step; at an episode end it is already another level's frame."""
+        if not done:
+            self.frames.append(np.transpose(obs, (1, 2, 0)))
+        else:
+            if self.trigger(self.episode) and self.frames:
+                self.save(self.frames, self.folder, fps=15, name_prefix=self.name_prefix, episode_index=self.episode,
+                          episode_trigger=lambda _: True)
+            self.frames, self.episode = [], self.episode + 1
+
+
+def evaluate_episodes(envs, policy: Callable, episodes: int, seed: Optional[int], device: torch.device,
+                      dtype: Optional[torch.dtype] = torch.float32) -> list[float]:
+    """The returns of the first `episodes` episodes that end on `envs` (fresh ones, reset with `seed`; None: seeded
+    when built) under `policy`: observations (a tensor on `device`, of `dtype`; None keeps the envs' dtype, e.g.
+    Atari's uint8 frames) to actions (a tensor or numpy), run without gradients. Closes the envs."""
+    obs, _ = envs.reset(seed=seed) if seed is not None else envs.reset()
+    returns = []
+    while len(returns) < episodes:
+        with torch.no_grad():
+            actions = policy(torch.as_tensor(obs, dtype=dtype, device=device))
+        obs, _, _, _, infos = envs.step(actions.cpu().numpy() if isinstance(actions, torch.Tensor) else actions)
+        if "episode" in infos:
+            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
+    envs.close()
+    return returns[:episodes]
+
+
+# Normalization wrappers with state to save: observations (same-step autoreset aware), rewards (Procgen)
+def normalize_obs(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float, clip: float) -> np.ndarray:
+    """(obs - mean) / sqrt(var + epsilon), clipped to [-clip, clip], as float32."""
+    return np.clip((obs - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
+
+
+class RunningMeanStdOfOne(RunningMeanStd):
+    """gymnasium's RunningMeanStd, with a shortcut for a batch of one (one env, the default): its mean is the row
+    itself and its variance 0, the very values np.mean and np.var return, without their cost at every step."""
+
+    def update(self, x: np.ndarray) -> None:
+        if len(x) == 1:
+            self.update_from_moments(x[0], np.zeros_like(x[0]), 1)
+        else:
+            super().update(x)
+
+
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """Running mean/std normalization and clipping of a vector env's observations, for same-step autoreset.
+
+    gymnasium 1.4's gym.wrappers.vector.NormalizeObservation refuses same-step autoreset: above such an env it
+    would normalize the returned observations but leave info["final_obs"] raw, and a truncated episode would
+    bootstrap from V(raw final obs), an input on a scale the value network never sees. This wrapper also
+    normalizes every info["final_obs"] entry, with the very statistics that normalized this step's
+    observations (final observations do not update them). `obs_rms` (mean, var, count) is the state to save;
+    `update_running_mean = False` freezes it, as in evaluation.
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, clip: float = 10.0, epsilon: float = 1e-8):
+        super().__init__(env)
+        self.clip, self.epsilon = clip, epsilon
+        self.obs_rms = RunningMeanStdOfOne(shape=self.env.single_observation_space.shape)
+        self.update_running_mean = True
+        self.single_observation_space = gym.spaces.Box(-clip, clip, self.env.single_observation_space.shape, np.float32)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        return normalize_obs(obs, self.obs_rms.mean, self.obs_rms.var, self.epsilon, self.clip)
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = self.env.reset(seed=seed, options=options)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        return self.normalize(obs), infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        if "final_obs" in infos:
+            final_obs = infos["final_obs"].copy()  # object array, one entry per env, set where "_final_obs"
+            for i in np.nonzero(infos["_final_obs"])[0]:
+                final_obs[i] = self.normalize(final_obs[i])
+            infos["final_obs"] = final_obs
+        return self.normalize(obs), rewards, terminations, truncations, infos
+
+
+def rms_state(rms: RunningMeanStd) -> dict:
+    """RunningMeanStd as tensors, so the checkpoint loads with torch.load(weights_only=True)."""
+    return {"mean": torch.as_tensor(rms.mean), "var": torch.as_tensor(rms.var), "count": float(rms.count)}
+
+
+def load_rms_state(rms: RunningMeanStd, state: dict) -> None:
+    rms.mean, rms.var, rms.count = state["mean"].numpy(), state["var"].numpy(), state["count"]
+
+
+class Statistics:
+    """A checkpoint entry for one normalization wrapper's RunningMeanStd (`obs_rms` or `return_rms`), read from
+    the wrapper at save and load time: a restored environment state replaces the wrapper's object."""
+
+    def __init__(self, wrapper: gym.vector.VectorWrapper, name: str):
+        self.wrapper, self.name = wrapper, name
+
+    def state_dict(self) -> dict:
+        return rms_state(getattr(self.wrapper, self.name))
+
+    def load_state_dict(self, state: dict) -> None:
+        load_rms_state(getattr(self.wrapper, self.name), state)
+
+
+class RewardNormalizer:
+    """Scales rewards by the running std of the discounted return (PPG code, Baselines' VecNormalize), then clips.
+
+    Only real transitions update the statistics; the return accumulator restarts after every episode end.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8):
+        self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
+        self.ret = np.zeros(num_envs)
+        self.mean, self.var, self.count = 0.0, 1.0, epsilon
+
+    def update(self, x: np.ndarray) -> None:
+        """Parallel mean/variance update (Chan et al.) with the batch x."""
+        if x.size == 0:
+            return
+        b_mean, b_var, b_count = x.mean(), x.var(), x.size
+        delta, total = b_mean - self.mean, self.count + b_count
+        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
+        self.mean, self.var, self.count = self.mean + delta * b_count / total, m2 / total, total
+
+    def state_dict(self) -> dict:
+        """The statistics for a checkpoint. The running returns are left out: a resumed run starts new episodes."""
+        return {"mean": float(self.mean), "var": float(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
+
+    def __call__(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        self.ret = np.where(valid, self.ret * self.gamma + reward, self.ret)
+        self.update(self.ret[valid])
+        scaled = np.clip(reward / np.sqrt(self.var + self.epsilon), -self.clip, self.clip)
+        self.ret[done] = 0.0
+        return scaled

@@ -1,0 +1,187 @@
+# docs: docs/contributing.md (the layout of cleanrl/)
+"""The flags every run takes (RunArgs) and how a script's own flags join them (with_run_flags), the ranges flags
+declare in their types, and the checks made on a command line before anything is written.
+
+A numeric flag carries its range in its type, beside the flag in the file that owns it: Annotated[int,
+Range("[1, inf)")] or one of the names below (PositiveInt, UnitFloat, ...). check_flag_ranges checks every flag
+against it, and every float flag must also be finite (tyro reads "nan" and "inf")."""
+
+import dataclasses
+import math
+import os
+import sys
+import typing
+from dataclasses import asdict, dataclass
+from typing import Annotated, NamedTuple, Optional
+
+import tyro
+
+from messages import fail, warn
+
+
+class Range(NamedTuple):
+    """The values a numeric flag may take: "[" and "]" include an end, "(" and ")" exclude it; ends may be inf."""
+    interval: str
+
+
+# the ranges most flags take
+PositiveFloat = Annotated[float, Range("(0, inf)")]
+NonNegativeFloat = Annotated[float, Range("[0, inf)")]
+UnitFloat = Annotated[float, Range("[0, 1]")]  # probabilities, discounts, fractions
+AnyFloat = Annotated[float, Range("(-inf, inf)")]  # any finite number
+PositiveInt = Annotated[int, Range("[1, inf)")]  # sizes, counts of steps or epochs
+NonNegativeInt = Annotated[int, Range("[0, inf)")]
+
+
+@dataclass
+class RunArgs:
+    exp_name: str = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+    """the name of this experiment; the run is logged to runs/{env_id}__{exp_name}__{seed}__{unix time}"""
+    seed: Annotated[int, Range("[0, 2147483647]")] = 1  # numpy's global seed must be below 2**32; env seeds count up
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, use CUDA when it is available"""
+    track: bool = False
+    """if toggled, also log to Weights and Biases (set WANDB_MODE=offline to stay offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the W&B project name"""
+    wandb_entity: Optional[str] = None
+    """the W&B entity (team); None uses your default entity"""
+    capture_video: bool = False
+    """if toggled, record videos of the first environment's episodes to videos/{run_name}"""
+    save_model: bool = False
+    """if toggled, save the model to runs/{run_name}/{exp_name}.cleanrl_model and evaluate it"""
+    eval_episodes: NonNegativeInt = 10
+    """number of episodes of the evaluation that follows --save-model"""
+    eval_max_seconds: PositiveFloat = 1800.0
+    """stop an evaluation that takes longer than this many seconds (it then gives no result)"""
+    checkpoint_frequency: NonNegativeInt = 0
+    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
+    eval_only: Optional[str] = None
+    """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
+    progress: bool = True
+    """report progress on stderr: a self-rewriting line on a terminal, else a plain line every --progress-interval"""
+    progress_interval: PositiveFloat = 30.0
+    """seconds between the plain progress lines printed when stderr is not a terminal (a log file, a batch job)"""
+    compile: bool = False
+    """if toggled, torch.compile the policy step and the update (same math, float rounding aside)"""
+    cudagraphs: bool = False
+    """if toggled, replay the policy step and the update as CUDA graphs (needs CUDA)"""
+    torch_threads: NonNegativeInt = 1
+    """torch threads on the CPU; 0: the cores left free by other work, looked at again as the run goes (for
+    bit-identical reruns give a number: the count changes float rounding)"""
+
+
+def with_run_flags(cls):
+    """A script's flags (a dataclass) followed by the run flags of RunArgs, as one dataclass: `--help` lists the
+    algorithm's flags first. A run flag the script declares again (a default of its own) keeps the script's default
+    and its place. A script whose runs are filed under another id than --env-id defines run_env_id()."""
+    own = {f.name: f for f in dataclasses.fields(cls) if f.name in {g.name for g in dataclasses.fields(RunArgs)}}
+    written = cls.__doc__ if not (cls.__doc__ or "").startswith(f"{cls.__name__}(") else None  # not dataclass's
+    namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": written,
+                 "__annotations__": {name: f.type for name, f in own.items()}}
+    namespace.update((name, f.default) for name, f in own.items())
+    return dataclass(type(cls.__name__, (RunArgs, cls), namespace))
+
+
+# Flags that leave a run's course unchanged, so a resumed run may give them anew. --compile and --amp change
+# speed (and float rounding) only; --cudagraphs is not among them: a resumed optimizer keeps its capturable setting.
+ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "progress_interval", "eval_episodes",
+                     "eval_max_seconds", "cuda", "track", "wandb_project_name", "wandb_entity", "compile", "amp",
+                     "torch_threads")
+
+
+def script_name(args_cls) -> str:
+    """The file name of the script that defines args_cls (the name its checkpoints carry)."""
+    return os.path.basename(sys.modules[args_cls.__module__].__file__)
+
+
+def check_flags_given_once(argv: list[str]) -> None:
+    """A flag given twice (`--seed 1 --seed 2`, or `--track --no-track`) fails: the parser would silently take the
+    last one, and a command line that says two things is a mistake (often an edited, rerun command)."""
+    seen: dict[str, str] = {}
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("--") or len(token) == 2:
+            continue
+        spelled = token.split("=", 1)[0]
+        name = spelled[2:].replace("_", "-")
+        name = name[3:] if name.startswith("no-") else name
+        if name in seen:
+            fail(f"{spelled} is given twice; give each flag once" if seen[name] == spelled else
+                 f"{seen[name]} and {spelled} are both given; give one of them")
+        seen[name] = spelled
+
+
+def check_run_flags(args) -> None:
+    """The run flags that must agree with each other and with the machine, checked before anything is written."""
+    name = args.exp_name
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        fail(f"--exp-name {name!r} must be a plain name (no '/'): it names a directory under runs/")
+    if args.eval_only is not None and args.resume is not None:
+        fail("--eval-only evaluates a saved model and --resume continues a run's training; give one of them")
+    if args.capture_video:
+        try:
+            import moviepy  # noqa: F401 (gymnasium's video writer imports it only once the first video is saved)
+        except ImportError:
+            fail("--capture-video writes mp4 files with moviepy, which is not installed: pip install moviepy")
+
+
+def flag_ranges(args_cls) -> dict[str, str]:
+    """{flag: interval} of every flag whose type declares a Range (through Optional[...] too)."""
+    ranges = {}
+    for name, hint in typing.get_type_hints(args_cls, include_extras=True).items():
+        for part in (hint, *typing.get_args(hint)):
+            ranges.update((name, m.interval) for m in getattr(part, "__metadata__", ()) if isinstance(m, Range))
+    return ranges
+
+
+def check_flag_ranges(args) -> None:
+    """Every flag within the range its type declares, every float flag finite; else fail naming the flag."""
+    ranges = flag_ranges(type(args))
+    for name, value in asdict(args).items():
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"{flag} must be a finite number, got {value}")
+        if name in ranges:
+            interval = ranges[name]
+            low, high = (float(end) for end in interval[1:-1].split(","))
+            if not ((low <= value if interval[0] == "[" else low < value)
+                    and (value <= high if interval[-1] == "]" else value < high)):
+                if high < math.inf:
+                    fail(f"{flag} must be in {interval}, got {value}")
+                fail(f"{flag} must be {'at least' if interval[0] == '[' else 'above'} {low:g}, got {value}")
+
+
+def whole_iterations(total_timesteps: int, steps_per_iteration: int, unit: str) -> int:
+    """--total-timesteps in whole iterations of `steps_per_iteration` steps (`unit` names them: "one batch"). The
+    remainder is dropped, with a warning line when that leaves less than 99% of the budget (the defaults drop a
+    few hundred steps of millions); a budget below one iteration fails."""
+    iterations = total_timesteps // steps_per_iteration
+    if iterations == 0:
+        fail(f"--total-timesteps {total_timesteps} is less than {unit} ({steps_per_iteration} steps)")
+    if iterations * steps_per_iteration < 0.99 * total_timesteps:
+        warn(f"--total-timesteps {total_timesteps} is not a multiple of {unit} ({steps_per_iteration} steps): the "
+             f"run takes {iterations * steps_per_iteration} steps")
+    return iterations
+
+
+def resumed_args(args_cls, checkpoint: dict):
+    """The checkpoint's flags, the given ones on top; only ALLOWED_ON_RESUME may differ (else not the same run)."""
+    try:
+        saved = args_cls(**checkpoint["args"])
+    except TypeError as e:
+        fail(f"the checkpoint's flags do not fit this script's: {e}")
+    args = tyro.cli(args_cls, default=saved)
+    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
+    if changed:
+        fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
+                                          for k in changed) + " when resuming")
+    return args

@@ -1,0 +1,283 @@
+# docs: docs/rl-algorithms/dqn.md (the replay memories)
+"""The off-policy scripts' replay memories: ReplayBuffer (a flat ring in host memory), DeviceReplayBuffer (the same
+ring in a GPU's memory), FrameReplayBuffer (Atari frame stacks, every frame stored once), and the true next
+observation of an episode's last step under same-step autoreset."""
+
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from messages import fail, say
+from speed import PinnedStaging, available_memory, check_memory
+
+
+class ReplayBufferSamples(NamedTuple):
+    observations: torch.Tensor  # (batch, *obs_shape)
+    actions: torch.Tensor  # (batch, *action_shape), the action space's dtype (int64 for Discrete)
+    next_observations: torch.Tensor  # (batch, *obs_shape), the true successor (final_obs at an episode end)
+    rewards: torch.Tensor  # (batch,) float32
+    terminations: torch.Tensor  # (batch,) float32: 1 only if the successor is terminal; a truncation stores 0
+
+
+class MemoryState:
+    """state_dict()/load_state_dict() of a replay memory (--save-buffer): its arrays (numpy, or tensors on a device)
+    as CPU tensors, so a memory saved in host memory loads into one on a GPU and the reverse; the script saves the
+    sampling Generator."""
+
+    def state_dict(self) -> dict:
+        state = {}
+        for name, value in vars(self).items():
+            if isinstance(value, (np.ndarray, torch.Tensor)):
+                state[name] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value.cpu()
+            elif isinstance(value, (bool, np.bool_, int, np.integer)):
+                state[name] = bool(value) if isinstance(value, (bool, np.bool_)) else int(value)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, value in state.items():
+            current = getattr(self, name)
+            if not isinstance(current, (np.ndarray, torch.Tensor)):
+                setattr(self, name, value)
+            elif tuple(value.shape) != tuple(current.shape):
+                fail(f"the checkpoint's replay memory {name} has shape {tuple(value.shape)}, not "
+                     f"{tuple(current.shape)}")
+            elif isinstance(current, np.ndarray):
+                current[...] = value.numpy()
+            else:
+                current.copy_(value)
+
+
+class ReplayBuffer(MemoryState):
+    """A ring of the last `buffer_size` transitions (s, a, r, s', terminated), sampled uniformly; s' is the true
+    successor (`true_next_obs`). Memory: 2 * buffer_size observations + actions + 8 bytes per transition."""
+
+    def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
+                 seed: int):
+        self.check_fits(buffer_size, observation_space, action_space)
+        self.buffer_size, self.device, self.rng = buffer_size, device, np.random.default_rng(seed)
+        self.staging = PinnedStaging(device)  # a sample goes to a GPU without a synchronisation
+        self.observations = np.zeros((buffer_size, *observation_space.shape), dtype=observation_space.dtype)
+        self.next_observations = np.zeros((buffer_size, *observation_space.shape), dtype=observation_space.dtype)
+        self.actions = np.zeros((buffer_size, *action_space.shape), dtype=action_space.dtype)
+        self.rewards = np.zeros(buffer_size, dtype=np.float32)
+        self.terminations = np.zeros(buffer_size, dtype=np.float32)
+        self.pos, self.full = 0, False  # the next slot to write; whether the ring has wrapped (every slot holds one)
+
+    @staticmethod
+    def nbytes_of(buffer_size: int, observation_space: gym.Space, action_space: gym.Space) -> int:
+        def size(space):
+            return int(np.prod(space.shape)) * np.dtype(space.dtype).itemsize
+        return buffer_size * (2 * size(observation_space) + size(action_space) + 8)
+
+    @staticmethod
+    def check_fits(buffer_size: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+        check_memory(f"--buffer-size {buffer_size}", ReplayBuffer.nbytes_of(buffer_size, observation_space,
+                                                                            action_space))
+
+    def __len__(self) -> int:
+        return self.buffer_size if self.full else self.pos
+
+    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            terminations: np.ndarray) -> None:
+        """Store one step of every env (arrays with a leading num_envs axis), overwriting the oldest when full."""
+        n = len(obs)
+        # the slots pos .. pos + n - 1: a slice where they do not wrap (nearly always; the same writes, faster)
+        end = self.pos + n
+        idx = slice(self.pos, end) if end <= self.buffer_size else np.arange(self.pos, end) % self.buffer_size
+        self.observations[idx], self.next_observations[idx] = obs, next_obs
+        self.actions[idx] = np.asarray(actions).reshape((n, *self.actions.shape[1:]))
+        self.rewards[idx], self.terminations[idx] = rewards, terminations
+        self.full = self.full or self.pos + n >= self.buffer_size
+        self.pos = (self.pos + n) % self.buffer_size
+
+    def sample(self, batch_size: int) -> ReplayBufferSamples:
+        """`batch_size` transitions drawn uniformly with replacement, as tensors on the buffer's device."""
+        idx = self.rng.integers(0, len(self), size=batch_size)
+        names = ("observations", "actions", "next_observations", "rewards", "terminations")
+        return ReplayBufferSamples(*(self.staging.to_device(name, getattr(self, name)[idx]) for name in names))
+
+
+class DeviceReplayBuffer(MemoryState):
+    """ReplayBuffer's ring, in a GPU's memory and sampled there: a sample is a few gathers on the device, with no
+    copy from the host. What the environments return (numpy) comes over through PinnedStaging; the indices come from
+    a torch Generator on the device (`rng`, seeded with `seed`). The same transitions, fields and checkpoint entries
+    as ReplayBuffer."""
+
+    def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
+                 seed: int):
+        def ring(shape: tuple, dtype) -> torch.Tensor:
+            return torch.zeros((buffer_size, *shape), dtype=torch.from_numpy(np.zeros(0, dtype)).dtype, device=device)
+
+        self.buffer_size, self.device = buffer_size, device
+        self.observations = ring(observation_space.shape, observation_space.dtype)
+        self.next_observations = ring(observation_space.shape, observation_space.dtype)
+        self.actions = ring(action_space.shape, action_space.dtype)
+        self.rewards, self.terminations = ring((), np.float32), ring((), np.float32)
+        self.pos, self.full = 0, False
+        self.rng = torch.Generator(device).manual_seed(seed)
+        self.staging = PinnedStaging(device)
+
+    def __len__(self) -> int:
+        return self.buffer_size if self.full else self.pos
+
+    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            terminations: np.ndarray) -> None:
+        """Store one step of every env (arrays with a leading num_envs axis), overwriting the oldest when full."""
+        n = len(obs)
+        end = self.pos + n
+        # the slots pos .. pos + n - 1: a slice where they do not wrap (nearly always), else indices
+        slots = slice(self.pos, end) if end <= self.buffer_size else (
+            torch.arange(self.pos, end, device=self.device) % self.buffer_size)
+        actions = np.asarray(actions).reshape((n, *self.actions.shape[1:]))
+        for name, values in (("observations", obs), ("next_observations", next_obs), ("actions", actions),
+                             ("rewards", rewards), ("terminations", terminations)):
+            ring = getattr(self, name)
+            ring[slots] = self.staging.to_device(name, np.asarray(values)).to(ring.dtype)
+        self.full = self.full or end >= self.buffer_size
+        self.pos = end % self.buffer_size
+
+    def sample(self, batch_size: int) -> ReplayBufferSamples:
+        """`batch_size` transitions drawn uniformly with replacement, gathered on the device."""
+        idx = torch.randint(0, len(self), (batch_size,), device=self.device, generator=self.rng)
+        return ReplayBufferSamples(self.observations[idx], self.actions[idx], self.next_observations[idx],
+                                   self.rewards[idx], self.terminations[idx])
+
+
+def replay_buffer(buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
+                  seed: int):
+    """The replay memory for a run on `device`: on a GPU, in its memory when it takes at most half of what is free
+    there (DeviceReplayBuffer; the rest is left to the networks and the compiled graphs), else in host memory
+    (ReplayBuffer, whose fit was checked before the run started), with a note."""
+    if device.type == "cuda":
+        nbytes = ReplayBuffer.nbytes_of(buffer_size, observation_space, action_space)
+        free = available_memory(cuda=True)[0]
+        if nbytes <= free // 2:
+            return DeviceReplayBuffer(buffer_size, observation_space, action_space, device, seed)
+        say(f"note: the replay memory ({nbytes / 2**30:.1f} GiB) takes more than half of the GPU's free memory "
+            f"({free / 2**30:.1f} GiB): it is kept in host memory and each sample is copied over")
+    return ReplayBuffer(buffer_size, observation_space, action_space, device, seed)
+
+
+def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The successor of every env's last observation under same-step autoreset: where an episode ended
+    (terminated or truncated), next_obs is the next episode's first; the true one is info["final_obs"]."""
+    real_next_obs = next_obs.copy()
+    if "final_obs" in infos:
+        for i in np.flatnonzero(infos["_final_obs"]):
+            real_next_obs[i] = infos["final_obs"][i]
+    return real_next_obs
+
+
+class FrameReplayBuffer(MemoryState):
+    """Replay memory for frame-stacked observations (4 x 84 x 84 uint8) that stores every frame once: each env keeps
+    a ring of single frames; stacks are rebuilt at sample time. The transition in slot s has the observation
+    frames[s - stack + 1 .. s] and the next observation frames[s - stack + 2 .. s + 1]. Per step and env, `add` writes
+    the observation's `stack` frames as they are (padding included) unless it continues the ring (every ordinary
+    step, and after a lost life), so a sampled stack is what the agent saw and never mixes two games; then the next
+    observation's newest frame to slot s + 1 (at a game end, that of info["final_obs"]: truncated games bootstrap from
+    their real last state). `valid` slots (frames s - stack + 1 .. s + 1 all still in the ring) are sampled; writing
+    slot w clears valid at w and at w + stack - 1 (whose stack would now reach across the write head).
+    Capacity: ceil(buffer_size / num_envs) * (1 + 1/64) + stack slots per env; a game costs `stack` frames beyond
+    its transitions, so buffer_size transitions fit while games average 256 steps or more (random Breakout games,
+    about 180 steps: about 99.3%). Per slot: frame (84 * 84 = 7056 bytes) + action (8) + reward (4) + termination (4)
+    + valid (1) = 7073 bytes; 1,000,000 transitions, one env: 1,015,629 slots = 7.18e9 bytes = 6.69 GiB (stacked obs
+    and next obs: 52.6 GiB). touch=True writes every page now (np.zeros maps them lazily), so a lack of memory shows
+    at start, not hours into a run."""
+
+    def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, num_envs: int,
+                 device: torch.device, seed: int, touch: bool = True):
+        self.check_fits(buffer_size, num_envs, observation_space.shape, np.dtype(action_space.dtype).itemsize)
+        self.stack = observation_space.shape[0]
+        self.capacity = self.slots(buffer_size, num_envs, self.stack)
+        self.num_envs, self.device, self.rng = num_envs, device, np.random.default_rng(seed)
+        self.staging = PinnedStaging(device)  # a sample goes to a GPU without a synchronisation
+        self.frames = np.zeros((num_envs, self.capacity, *observation_space.shape[1:]), dtype=observation_space.dtype)
+        self.actions = np.zeros((num_envs, self.capacity, *action_space.shape), dtype=action_space.dtype)
+        self.rewards, self.terminations = (np.zeros((num_envs, self.capacity), dtype=np.float32) for _ in range(2))
+        self.valid = np.zeros((num_envs, self.capacity), dtype=bool)
+        self.newest = np.full(num_envs, -1, dtype=np.int64)  # slot of each env's newest frame
+        self.written = np.zeros(num_envs, dtype=np.int64)  # frames written so far per env
+        if touch:
+            for array in (self.frames, self.actions, self.rewards, self.terminations, self.valid):
+                array.fill(0)
+
+    @staticmethod
+    def slots(buffer_size: int, num_envs: int, stack: int) -> int:
+        """Frame slots per env: buffer_size / num_envs transitions, 1/64 spare, and one stack."""
+        per_env = -(-buffer_size // num_envs)
+        return per_env + per_env // 64 + stack
+
+    @classmethod
+    def check_fits(cls, buffer_size: int, num_envs: int, obs_shape: tuple = (4, 84, 84), action_bytes: int = 8) -> None:
+        frame = int(np.prod(obs_shape[1:]))  # uint8 frames
+        check_memory(f"--buffer-size {buffer_size}",
+                     num_envs * cls.slots(buffer_size, num_envs, obs_shape[0]) * (frame + action_bytes + 9))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.terminations, self.valid))
+
+    def __len__(self) -> int:
+        """The number of transitions that can be sampled."""
+        return int(self.valid.sum())
+
+    def _write_frame(self, env: int, frame: np.ndarray) -> int:
+        slot = (self.newest[env] + 1) % self.capacity
+        self.frames[env, slot] = frame
+        self.valid[env, [slot, (slot + self.stack - 1) % self.capacity]] = False
+        self.newest[env] = slot
+        self.written[env] += 1
+        return slot
+
+    def _stack_slots(self, slots: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        return (slots[:, None] + offsets[None, :]) % self.capacity
+
+    def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            terminations: np.ndarray) -> None:
+        """Store one step of every env: obs and next_obs (num_envs, stack, H, W), the others (num_envs,)."""
+        stack_offsets = np.arange(-self.stack + 1, 1)
+        for env in range(self.num_envs):
+            ring_stack = self.frames[env, self._stack_slots(np.array([self.newest[env]]), stack_offsets)[0]]
+            if not (self.written[env] >= self.stack and np.array_equal(ring_stack, obs[env])):
+                for frame in obs[env]:
+                    self._write_frame(env, frame)
+            if not np.array_equal(next_obs[env][:-1], obs[env][1:]):
+                raise ValueError("the next observation does not continue the observation's frame stack")
+            slot = self.newest[env]
+            self._write_frame(env, next_obs[env][-1])
+            self.actions[env, slot], self.rewards[env, slot] = actions[env], rewards[env]
+            self.terminations[env, slot], self.valid[env, slot] = terminations[env], True
+
+    def sample(self, batch_size: int) -> ReplayBufferSamples:
+        """`batch_size` transitions drawn uniformly with replacement among the valid slots, as tensors."""
+        if not self.valid.any():
+            raise ValueError("the replay memory holds no complete transition yet")
+        envs, slots = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        filled = np.minimum(self.written, self.capacity)
+        while len(slots) < batch_size:  # rejection sampling: almost every written slot is valid
+            e = self.rng.integers(0, self.num_envs, size=2 * batch_size)
+            s = (self.rng.random(2 * batch_size) * filled[e]).astype(np.int64)
+            keep = self.valid[e, s]
+            envs, slots = np.concatenate([envs, e[keep]]), np.concatenate([slots, s[keep]])
+        return self.transitions(envs[:batch_size], slots[:batch_size])
+
+    def transitions(self, envs: np.ndarray, slots: np.ndarray) -> ReplayBufferSamples:
+        """The transitions stored in the given (env, slot) pairs, stacks rebuilt from the frame rings."""
+        # window: (batch, stack + 1, H, W); the observation is its first `stack` frames, the next its last
+        window = self.frames[envs[:, None], self._stack_slots(slots, np.arange(-self.stack + 1, 2))]
+        arrays = (window[:, :-1], self.actions[envs, slots], window[:, 1:], self.rewards[envs, slots],
+                  self.terminations[envs, slots])
+        names = ("observations", "actions", "next_observations", "rewards", "terminations")
+        return ReplayBufferSamples(*(self.staging.to_device(name, a) for name, a in zip(names, arrays)))
+
+
+def atari_true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """true_next_obs for AtariGameStatistics envs: after a lost life next_obs goes on; where a game ended
+    (info["_episode"]) the true one is info["final_obs"] (dense on ale-vector, an object array on gymnasium)."""
+    real_next_obs = next_obs.copy()
+    if "_episode" in infos:
+        game_over = np.asarray(infos["_episode"], dtype=bool)
+        real_next_obs[game_over] = np.stack(list(infos["final_obs"][game_over]))
+    return real_next_obs

@@ -1,0 +1,209 @@
+# docs: docs/speed.md
+"""Where a run computes and how fast: the device and the CPU threads (--cuda, --torch-threads), the speed flags
+(--compile and --cudagraphs: speed_up, CudaGraph), and copies to a GPU that the host does not wait for
+(PinnedStaging, host_array), and the memory a run may take on its device (check_memory). None of it changes the
+math."""
+
+import os
+import shutil
+import time
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from messages import fail, say
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of all cores together since boot, from the "cpu" line of /proc/stat; busy is all but
+    idle and iowait."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def free_cores() -> int:
+    """The cores no other work keeps busy as the run starts, measured over 0.1 s in /proc/stat; at least 1 (and 1
+    where /proc/stat cannot be read). Seeds started together see each other start up (imports keep a core busy)."""
+    try:
+        busy0, total0 = cpu_ticks()
+        time.sleep(0.1)
+        busy1, total1 = cpu_ticks()
+    except (OSError, ValueError, IndexError):
+        return 1
+    busy_cores = (busy1 - busy0) / max(total1 - total0, 1) * os.cpu_count()
+    return max(1, min(len(os.sched_getaffinity(0)), round(os.cpu_count() - busy_cores)))
+
+
+class ThreadGuard:
+    """--torch-threads 0 on the CPU: as many torch threads as there are cores the rest of the machine leaves free,
+    looked at again every `every` seconds of the run (from Run.log_sps). Other processes' share is the machine's busy
+    time less this process's own (os.times: all its threads, spinning ones included). So a run that started alone
+    with two threads drops to one at its next look after a second seed starts beside it (until then its threads
+    stall on the busy core), and takes two again when that seed ends. Each change is printed; it changes float
+    rounding from there on."""
+
+    def __init__(self, every: float = 10.0):
+        self.every, self.most = every, len(os.sched_getaffinity(0))
+        self.mark = self.sample()
+
+    @staticmethod
+    def sample() -> Optional[tuple[float, int, int, float]]:
+        try:
+            busy, total = cpu_ticks()
+        except (OSError, ValueError, IndexError):
+            return None
+        own = os.times()
+        return time.monotonic(), busy, total, own.user + own.system
+
+    def others_busy(self, start, end) -> float:
+        """Cores that other processes kept busy between two samples."""
+        busy = (end[1] - start[1]) - (end[3] - start[3]) * os.sysconf("SC_CLK_TCK")
+        return max(0.0, busy / max(end[2] - start[2], 1) * os.cpu_count())
+
+    def check(self) -> None:
+        if self.mark is None or time.monotonic() - self.mark[0] < self.every:
+            return
+        now = self.sample()
+        if now is None:
+            return
+        others = self.others_busy(self.mark, now)
+        want, have = max(1, min(self.most, round(os.cpu_count() - others))), torch.get_num_threads()
+        if want != have:
+            say(f"torch threads: {have} -> {want} (other processes keep {others:.1f} of {os.cpu_count()} cores busy)")
+            torch.set_num_threads(want)
+        self.mark = now
+
+
+def pick_device(args, local_rank: int = 0) -> torch.device:
+    """CUDA when available and wanted, else the CPU with --torch-threads threads; 0: the cores free at start, and
+    then as many as stay free (ThreadGuard). Each script's default says which its networks gain from: 1 for the
+    small MLPs, 0 for wide and convolutional ones. More threads than free cores stall on every op when another
+    process takes a core (SAC: 0.33x), and the count changes float rounding: docs/speed.md has the measurements."""
+    if args.cuda and torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    torch.set_num_threads(args.torch_threads or free_cores())
+    return torch.device("cpu")
+
+
+def check_speed_args(args) -> None:
+    on_cuda, compiler = args.cuda and torch.cuda.is_available(), os.environ.get("CXX", "g++")
+    if args.cudagraphs and not on_cuda:
+        fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
+    if args.compile and not on_cuda and shutil.which(compiler) is None:
+        fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
+
+
+def speed_up(fn: Callable, args, compile: bool = True) -> Callable:
+    """fn (returning a tensor or a tuple of tensors) as written, or wrapped: --compile compiles it (torch.compile's
+    default mode: the whole function in as few graphs as torch allows), --cudagraphs records it, compiled or not,
+    into one CUDA graph (CudaGraph) and replays that. The math is the same. On the CPU, compiled random ops draw
+    from torch's generator as eager code does (inductor's fallback_random: the compile parity tests rely on it); on
+    CUDA they are fused into the kernels (other draws, the same distribution). compile=False: only recorded (a
+    loop over thousands of steps, which dynamo would unroll into a graph that takes minutes to compile)."""
+    if args.compile and compile:
+        torch._inductor.config.fallback_random = not (args.cuda and torch.cuda.is_available())
+        fn = torch.compile(fn)
+    return CudaGraph(fn) if args.cudagraphs else fn
+
+
+class CudaGraph:
+    """fn recorded once into a CUDA graph and then replayed: one launch for all it does (forward, backward, gradient
+    clipping, a capturable optimizer's step, a target network's update), with no host work between its kernels.
+    The first `warmup` calls run as they are, on a side stream (they allocate the optimizer's state, let cuDNN and
+    cuBLAS pick kernels, and compile); the next call is recorded, then replayed to do its work. Later calls copy
+    their tensor arguments into the recorded ones (same shapes), replay, and return copies of the recorded outputs,
+    which the next replay overwrites. Arguments that are not tensors (a bool, say) are part of the graph: each value
+    gets one of its own. Each graph has its own memory pool, so the parameter gradients one graph records stay its
+    own when another graph records gradients of the same parameters.
+    What fn does outside CUDA kernels happens once, at recording: it must not read tensor values on the host (a
+    synchronisation fails the recording), and its Python control flow may depend on its non-tensor arguments only."""
+
+    def __init__(self, fn: Callable, warmup: int = 3):
+        self.fn, self.warmup, self.graphs, self.calls = fn, warmup, {}, {}
+        self.side = torch.cuda.Stream()
+
+    def __call__(self, *args):
+        key = tuple((i, arg) for i, arg in enumerate(args) if not isinstance(arg, torch.Tensor))
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if key not in self.graphs and self.calls[key] <= self.warmup:
+            self.side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side):
+                out = self.fn(*args)
+            torch.cuda.current_stream().wait_stream(self.side)
+            return out
+        if key not in self.graphs:
+            inputs = [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args]
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = self.fn(*inputs)
+            self.graphs[key] = graph, inputs, outputs
+        else:
+            graph, inputs, outputs = self.graphs[key]
+            for recorded, arg in zip(inputs, args):
+                if isinstance(arg, torch.Tensor):
+                    recorded.copy_(arg)
+        graph.replay()
+        return tuple(x.clone() for x in outputs) if isinstance(outputs, tuple) else outputs.clone()
+
+
+class PinnedStaging:
+    """Host arrays to the device without a synchronisation: each is copied into pinned (page-locked) host memory and
+    sent from there with an asynchronous copy, which the host does not wait for (a copy from ordinary memory waits
+    for the device to finish all it was given). Each named stream of arrays has two pinned buffers used in turn,
+    and one is written again only once its last copy is done (an event): the host waits only when it is two steps
+    ahead of the device."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.buffers, self.turns = device, {}, {}
+
+    def to_device(self, name: str, array: np.ndarray) -> torch.Tensor:
+        if self.device.type != "cuda":  # nothing to send: the array as a tensor (no copy), as torch.as_tensor does
+            return torch.as_tensor(array).to(self.device, non_blocking=True)
+        array = np.ascontiguousarray(array)
+        turn = self.turns[name] = self.turns.get(name, -1) + 1
+        key = (name, turn % 2)
+        if key not in self.buffers or self.buffers[key][0].shape != array.shape:
+            pinned = torch.empty(array.shape, dtype=torch.from_numpy(array[:0]).dtype, pin_memory=True)
+            self.buffers[key] = pinned, torch.cuda.Event()
+        pinned, copied = self.buffers[key]
+        copied.synchronize()
+        pinned.numpy()[...] = array
+        out = pinned.to(self.device, non_blocking=True)
+        copied.record()
+        return out
+
+
+def host_array(shape: tuple, dtype, device: torch.device) -> np.ndarray:
+    """A zeroed numpy array for values the environments return, to be sent to `device` in one copy: in pinned host
+    memory when that is a GPU (so the copy, with non_blocking=True, does not make the host wait), else ordinary."""
+    return torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype,
+                       pin_memory=device.type == "cuda").numpy()
+
+
+def available_memory(cuda: bool = False) -> tuple[int, str]:
+    """(bytes, whose) that a new allocation can take now: with cuda (and a GPU) the free memory of this process's GPU
+    (LOCAL_RANK's); else this machine's available RAM (MemAvailable: free memory and the caches the kernel can give
+    back), or all of its RAM where /proc/meminfo cannot be read."""
+    if cuda and torch.cuda.is_available():
+        index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+        return torch.cuda.mem_get_info(index)[0], f"GPU {index} ({torch.cuda.get_device_name(index)}) has"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "this machine has"
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+
+
+def check_memory(flags: str, nbytes: int, what: str = "a replay memory", cuda: bool = False) -> None:
+    """Fail in one line, before any work starts, when an allocation the flags size (`what`, `nbytes`) exceeds the
+    memory available to it (available_memory: the GPU's with cuda, where the run uses one)."""
+    have, whose = available_memory(cuda)
+    if nbytes > have:
+        fail(f"{flags} asks for {what} of {nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB); {whose} {have:,} bytes "
+             f"({have / 2**30:,.1f} GiB) available")
