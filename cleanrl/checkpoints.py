@@ -79,6 +79,7 @@ def lock_run_directory(run_dir: str) -> int:
         fail(f"cannot write in the run directory {run_dir}: {describe_os_error(e)}")
     return fd
 
+
 HELD_DIRECTORIES: dict[str, int] = {}  # the run directories this process holds: real path -> lock descriptor
 
 
@@ -104,6 +105,7 @@ def checkpoint_path_of(path: str) -> str:
     if not os.path.isfile(candidate):
         fail(f"no checkpoint at {candidate}")
     return candidate
+
 
 # the entries every checkpoint holds, besides the script's own
 RUN_ENTRIES = ("script", "args", "run_name", "iteration", "global_step", "finished", "rng", "envs", "next_obs")
@@ -186,6 +188,7 @@ def load_checkpoint(path: str, script: str, hint: str = "") -> dict:
         fail(f"{path} is not a whole checkpoint of {script}: it lacks {', '.join(missing or ['args'])}")
     return checkpoint | {"loaded_from": path}
 
+
 # how a damaged checkpoint is got past: a run keeps one checkpoint, the latest
 DAMAGED_HINT = ("; a run keeps no earlier checkpoint: restore this one from a copy, or start the run again without "
                 "--resume")
@@ -254,6 +257,7 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
+
 
 # The environments' state as data. A checkpoint holds no pickled Python object, so loading one runs no code: the state
 # of a vector env is read off its objects' attributes as plain values (numbers, strings, arrays as bytes, generator

@@ -56,6 +56,7 @@ def make_envs(env_id: str, num_envs: int, capture_video: bool, run_name: str) ->
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
+
 # Atari environments with the preprocessing of Mnih et al. 2015 (OpenAI Baselines' atari_wrappers): noop reset (up
 # to 30), FIRE at game start, 4-frame skip with a max over the last two frames, 84x84 grayscale (cv2 INTER_AREA), a
 # stack of the last 4 frames (zeros before the first), episodic life and sign-clipped rewards for learning.
@@ -229,6 +230,7 @@ def make_atari_envs(env_id: str, num_envs: int, backend: str = "ale-vector", cap
         reward_clipping=False)
     envs = RecordFirstGameFrames(envs, f"videos/{run_name}") if capture_video else envs
     return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+
 
 # Procgen, from envpool (the procgen package does not install on current Python)
 PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot", "heist",

@@ -132,6 +132,7 @@ def init_process_group(backend: Optional[str], rank: int, world_size: int, devic
     atexit.register(dist.destroy_process_group)
     return backend
 
+
 def seed_everything(seed: int, torch_deterministic: bool) -> None:
     random.seed(seed)
     np.random.seed(seed)
