@@ -93,28 +93,6 @@ def derive_sizes(args: Args) -> tuple[int, int, int]:
     return batch_size, batch_size // args.num_minibatches, num_iterations
 
 
-def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
-    """The policy is a Gaussian over a flat bounded Box and the networks read a flat Box observation."""
-    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        fail(f"{env_id} has action space {action_space}; {flags.script_name(Args)} supports flat Box actions only")
-    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-        fail(f"{env_id} has an unbounded action space {action_space}; actions are clipped to finite bounds")
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        fail(f"{env_id} has observation space {observation_space}; the networks need flat Box observations")
-
-
-def check_env(env_id: str) -> gym.Env:
-    """Fail in one line, before any work starts, when env_id cannot be made or its spaces do not fit; else the
-    probed env (closed), for its spaces."""
-    try:
-        probe = gym.make(env_id)
-    except gym.error.Error as e:
-        fail(f"cannot make environment {env_id!r}: {e}")
-    check_spaces(env_id, probe.observation_space, probe.action_space)
-    probe.close()
-    return probe
-
-
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -289,7 +267,7 @@ def evaluate_saved(args: Args) -> list[float]:
         name, args.env_id = checkpoint["run_name"], checkpoint["args"]["env_id"]
     if args.eval_episodes < 1:
         fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
-    check_env(args.env_id)
+    environments.probe_env(args.env_id, gym.spaces.Box, finite_actions=True).close()
     runtime.seed_everything(args.seed, args.torch_deterministic)
     device = speed.pick_device(args)
     try:
@@ -306,7 +284,8 @@ if __name__ == "__main__":
               f"over {len(episodic_returns)} episodes of {args.env_id}")
         raise SystemExit(0)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    probe = check_env(args.env_id)
+    probe = environments.probe_env(args.env_id, gym.spaces.Box, finite_actions=True)  # the policy: a Gaussian, clipped
+    probe.close()
     # the storage below, per step of each env: the observation, the action, 7 float32 and a bool on the device, 3
     # float32 and a bool staged on the host, an int64 minibatch index
     speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", batch_size * (
