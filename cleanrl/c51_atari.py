@@ -100,13 +100,6 @@ def check_off_policy_args(args: Args) -> None:
         fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
 
 
-def check_atari_args(args: Args) -> None:
-    """The env id and the backend (training and --eval-only)."""
-    environments.atari_emulator_settings(args.env_id)
-    if args.env_backend not in environments.ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(environments.ATARI_BACKENDS)}")
-
-
 class QNetwork(nn.Module):
     """The Nature CNN of Mnih et al. 2015 with, for every action, a probability mass function over the atoms."""
 
@@ -213,7 +206,7 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
 def make_q_network(args: Args, atoms: torch.Tensor) -> QNetwork:
     """An untrained Q-network for args.env_id (--eval-only loads the saved weights into it), on the support saved
     with the model (the atoms are a buffer of the network), so it fits whatever --n-atoms the run had."""
-    check_atari_args(args)
+    environments.check_atari(args.env_id, args.env_backend)
     probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
@@ -227,7 +220,7 @@ if __name__ == "__main__":
     check_off_policy_args(args)
     if not args.v_min < args.v_max:
         fail(f"the support needs --v-min below --v-max, got {args.v_min} and {args.v_max}")
-    check_atari_args(args)
+    environments.check_atari(args.env_id, args.env_backend)
     replay_memory.FrameReplayBuffer.check_fits(args.buffer_size, args.num_envs)
     num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)

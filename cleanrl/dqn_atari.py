@@ -92,13 +92,6 @@ def check_off_policy_args(args: Args) -> None:
         fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
 
 
-def check_atari_args(args: Args) -> None:
-    """The env id and the backend (training and --eval-only)."""
-    environments.atari_emulator_settings(args.env_id)
-    if args.env_backend not in environments.ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(environments.ATARI_BACKENDS)}")
-
-
 class QNetwork(nn.Module):
     """The Nature CNN of Mnih et al. 2015 with one Q-value per action."""
 
@@ -177,7 +170,7 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
 
 def make_q_network(args: Args) -> QNetwork:
     """An untrained Q-network for args.env_id (--eval-only loads the saved weights into it)."""
-    check_atari_args(args)
+    environments.check_atari(args.env_id, args.env_backend)
     probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
@@ -189,7 +182,7 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         runtime.eval_only(args, "q_network", lambda _: make_q_network(args), evaluate)
     check_off_policy_args(args)
-    check_atari_args(args)
+    environments.check_atari(args.env_id, args.env_backend)
     replay_memory.FrameReplayBuffer.check_fits(args.buffer_size, args.num_envs)
     num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)

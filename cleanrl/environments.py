@@ -93,6 +93,14 @@ def atari_emulator_settings(env_id: str) -> dict:
                 max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108000)))
 
 
+def check_atari(env_id: str, backend: str) -> None:
+    """Fail in one line, before any work starts, on an id that is not a supported Atari game or an unknown
+    --env-backend (the Atari scripts, for training and --eval-only)."""
+    atari_emulator_settings(env_id)
+    if backend not in ATARI_BACKENDS:
+        fail(f"unknown --env-backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
+
+
 class FireOnReset(gym.Wrapper):
     """Press FIRE for one emulator frame after each game reset, before the noops, like the native use_fire_reset
     (Breakout waits for FIRE). Under the frame skip, so it costs one frame; after a lost life the agent fires."""

@@ -31,7 +31,6 @@ from torch.distributions.categorical import Categorical
 import environments
 import runtime
 import speed
-from environments import ATARI_BACKENDS
 from flags import (
     NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags,
 )
@@ -95,13 +94,6 @@ def derive_sizes(args: Args) -> tuple[int, int, int]:
              f"does not divide into --num-minibatches {args.num_minibatches}")
     num_iterations = whole_iterations(args.total_timesteps, batch_size, "one batch")
     return batch_size, batch_size // args.num_minibatches, num_iterations
-
-
-def check_env(args: Args) -> None:
-    """Fail in one line, before any work starts, on an id that is not a supported Atari game or a bad backend."""
-    environments.atari_emulator_settings(args.env_id)
-    if args.env_backend not in ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -232,7 +224,7 @@ def make_agent(args: Args) -> Agent:
     """An untrained agent for args.env_id (--eval-only loads the saved weights into it). A checkpoint brings its
     own env id, a bare .cleanrl_model is evaluated on --env-id; --env-backend, --eval-max-frames, --seed and
     --capture-video come from the command line."""
-    check_env(args)
+    environments.check_atari(args.env_id, args.env_backend)
     probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
     agent = Agent(int(probe.single_action_space.n))
     probe.close()
@@ -244,7 +236,7 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         runtime.eval_only(args, "agent", lambda _: make_agent(args), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    check_env(args)
+    environments.check_atari(args.env_id, args.env_backend)
     # the storage below, per step of each env: a uint8 4x84x84 observation, an int64 action, 6 float32 and a bool on
     # the device, 3 float32 and a bool staged on the host, an int64 minibatch index
     speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",

@@ -103,13 +103,6 @@ def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
     return envs_per_rank, local_batch_size, local_batch_size // args.num_minibatches, num_iterations
 
 
-def check_atari_args(args: Args) -> None:
-    """The env id and the backend (training and --eval-only)."""
-    environments.atari_emulator_settings(args.env_id)
-    if args.env_backend not in environments.ATARI_BACKENDS:
-        fail(f"unknown --env-backend {args.env_backend!r}; choose one of {', '.join(environments.ATARI_BACKENDS)}")
-
-
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -323,7 +316,7 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
 
 def make_agent(args: Args) -> Agent:
     """An untrained agent for args.env_id (--eval-only loads the saved weights into it)."""
-    check_atari_args(args)
+    environments.check_atari(args.env_id, args.env_backend)
     probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
@@ -352,7 +345,7 @@ if __name__ == "__main__":
     # checkpoint's, known once rank 0 has read it: they are checked below, on every rank alike.
     if args.resume is None:
         derive_sizes(args, world_size)
-        check_atari_args(args)
+        environments.check_atari(args.env_id, args.env_backend)
     if args.cuda and torch.cuda.is_available() and local_rank >= torch.cuda.device_count():
         fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
     # one GPU per process, chosen by LOCAL_RANK and made current (else NCCL would use GPU 0 in every process)
@@ -366,7 +359,7 @@ if __name__ == "__main__":
         # Only rank 0 reads runs/ (on a multi-node job only node 0 has it) and sends the flags and checkpoint to all.
         args, checkpoint = runtime.broadcast_resume(Args, args, rank)
     envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
-    check_atari_args(args)
+    environments.check_atari(args.env_id, args.env_backend)
     # this rank's storage, per step of each of its envs: a uint8 4x84x84 observation, an int64 action, 6 float32 and
     # a bool on the device, 3 float32 and a bool staged on the host, an int64 minibatch index
     speed.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank",
