@@ -82,8 +82,6 @@ def check_off_policy_args(args) -> None:
     for name in ("train_frequency", "target_network_frequency"):
         if getattr(args, name) % args.num_envs != 0:
             fail(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of --num-envs {args.num_envs}")
-    if args.buffer_size < args.num_envs:
-        fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
 
 
 class QNetwork(nn.Module):
@@ -195,7 +193,7 @@ if __name__ == "__main__":
     if not args.v_min < args.v_max:
         fail(f"the support needs --v-min below --v-max, got {args.v_min} and {args.v_max}")
     env = environments.probe_env(args.env_id, gym.spaces.Discrete)
-    ReplayBuffer.check_fits(args.buffer_size, env.observation_space, env.action_space)
+    ReplayBuffer.check_fits(args.buffer_size, env.observation_space, env.action_space, args.num_envs)
     env.close()
     # one loop iteration is one step of every env, and its learning
     num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")

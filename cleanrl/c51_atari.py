@@ -96,8 +96,6 @@ def check_off_policy_args(args: Args) -> None:
     for name in ("train_frequency", "target_network_frequency"):
         if getattr(args, name) % args.num_envs != 0:
             fail(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of --num-envs {args.num_envs}")
-    if args.buffer_size < args.num_envs:
-        fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
 
 
 class QNetwork(nn.Module):

@@ -21,6 +21,11 @@ class ReplayBufferSamples(NamedTuple):
     terminations: torch.Tensor  # (batch,) float32: 1 only if the successor is terminal; a truncation stores 0
 
 
+def check_holds_a_step(buffer_size: int, num_envs: int) -> None:
+    """A memory stores a step of every env at once: it must hold at least num_envs transitions."""
+    if buffer_size < num_envs:
+        fail(f"--buffer-size {buffer_size} is smaller than one step of --num-envs {num_envs}")
+
 class MemoryState:
     """state_dict()/load_state_dict() of a replay memory (--save-buffer): its arrays (numpy, or tensors on a device)
     as CPU tensors, so a memory saved in host memory loads into one on a GPU and the reverse; the script saves the
@@ -72,7 +77,10 @@ class ReplayBuffer(MemoryState):
         return buffer_size * (2 * size(observation_space) + size(action_space) + 8)
 
     @staticmethod
-    def check_fits(buffer_size: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+    def check_fits(buffer_size: int, observation_space: gym.Space, action_space: gym.Space, num_envs: int = 1) -> None:
+        """Fail in one line, before any work starts, when the memory cannot hold one step of every env or does not
+        fit in the memory available."""
+        check_holds_a_step(buffer_size, num_envs)
         check_memory(f"--buffer-size {buffer_size}", ReplayBuffer.nbytes_of(buffer_size, observation_space,
                                                                             action_space))
 
@@ -211,6 +219,8 @@ class FrameReplayBuffer(MemoryState):
 
     @classmethod
     def check_fits(cls, buffer_size: int, num_envs: int, obs_shape: tuple = (4, 84, 84), action_bytes: int = 8) -> None:
+        """As ReplayBuffer.check_fits."""
+        check_holds_a_step(buffer_size, num_envs)
         frame = int(np.prod(obs_shape[1:]))  # uint8 frames
         check_memory(f"--buffer-size {buffer_size}",
                      num_envs * cls.slots(buffer_size, num_envs, obs_shape[0]) * (frame + action_bytes + 9))

@@ -28,7 +28,6 @@ import speed
 from flags import (
     NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Range, UnitFloat, whole_iterations, with_run_flags,
 )
-from messages import fail
 
 
 @with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
@@ -67,14 +66,6 @@ class Args:
     torch_threads: NonNegativeInt = 0
     """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
     (the 256-wide networks gain from a second core); a number for bit-identical reruns"""
-
-
-def check_args(args: Args) -> int:
-    """Check how the flags combine (each flag's own range is declared beside it, in its type); returns the number of
-    iterations (vector steps)."""
-    if args.buffer_size < args.num_envs:
-        fail(f"--buffer-size {args.buffer_size} is smaller than one step of --num-envs {args.num_envs}")
-    return whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
 
 
 class QNetwork(nn.Module):
@@ -182,11 +173,11 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         # the deterministic actor, no exploration noise, as after training
         runtime.eval_only(args, "actor", lambda _: make_actor(args.env_id), evaluate)
-    num_iterations = check_args(args)
+    num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     env = environments.probe_env(args.env_id, gym.spaces.Box, finite_actions=True)
     # the memory stores float32 observations, the networks' dtype (MuJoCo envs emit float64)
     obs_space_f32 = gym.spaces.Box(-np.inf, np.inf, env.observation_space.shape, np.float32)
-    replay_memory.ReplayBuffer.check_fits(args.buffer_size, obs_space_f32, env.action_space)
+    replay_memory.ReplayBuffer.check_fits(args.buffer_size, obs_space_f32, env.action_space, args.num_envs)
     env.close()
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer

@@ -616,6 +616,8 @@ SCRIPTS = {s.name: s for s in [
             NO_CUDAGRAPHS,
             BadInput(("--start-e", "5", "--end-e", "-2"), "--start-e must be in [0, 1], got 5.0"),
             BadInput(("--buffer-size", "100000000000"), HUGE_MEMORY),
+            BadInput(("--num-envs", "2", "--buffer-size", "1"),
+                     "--buffer-size 1 is smaller than one step of --num-envs 2"),
             BadInput(("--seed", "1", "--seed", "2"), "--seed is given twice; give each flag once"),
         ),
         # budgets that end before --learning-starts: a smoke run of the loop without an update
@@ -755,6 +757,8 @@ SCRIPTS = {s.name: s for s in [
             *OFF_POLICY_BAD_INPUT,
             BadInput(("--policy-lr", "nan"), "--policy-lr must be a finite number, got nan"),
             BadInput(("--env-id", "Pendulum-v1", "--buffer-size", "100000000000"), HUGE_MEMORY),
+            BadInput(("--env-id", "Pendulum-v1", "--num-envs", "2", "--buffer-size", "1"),
+                     "--buffer-size 1 is smaller than one step of --num-envs 2"),
             BadInput(("--eval-only", "x", "--resume", "auto"),
                      "--eval-only evaluates a saved model and --resume continues a run's training; give one of them"),
         ),
