@@ -127,6 +127,37 @@ def test_env_state_is_plain_data_that_restores_classic_control_exactly(workdir):
     assert state is None and "Rebuilt keeps its state outside Python" in why
 
 
+def test_an_env_state_saved_from_a_class_that_since_moved_out_of_its_script_still_restores(workdir):
+    """ppo_continuous_action.py's NormalizeObservation lived in the script (saved as __main__.NormalizeObservation)
+    before it moved to environments.py: such a state restores into the moved class; another class still fails."""
+    def renamed(entry, old: str, new: str):
+        if isinstance(entry, (tuple, list)):
+            items = [new if item == old else renamed(item, old, new) for item in entry]
+            return tuple(items) if isinstance(entry, tuple) else items
+        if isinstance(entry, dict):
+            return {k: renamed(v, old, new) for k, v in entry.items()}
+        return entry
+
+    def normalized() -> gym.vector.VectorEnv:
+        return environments.NormalizeObservation(environments.make_envs("Pendulum-v1", 1, False, "x"))
+
+    envs = normalized()
+    envs.reset(seed=1)
+    for _ in range(5):
+        envs.step(np.zeros((1, 1), dtype=np.float32))
+    state = checkpoints.env_state(envs)[0]
+    moved = "environments.NormalizeObservation"
+    assert moved in repr(state)
+    old = renamed(state, moved, "__main__.NormalizeObservation")
+    copy = normalized()
+    copy.reset(seed=2)
+    assert checkpoints.load_env_state(copy, old, "c.pt")
+    # (the statistics are a checkpoint entry of their own, environments.Statistics; the env state holds the rest)
+    pendulum, copied = envs.env.env.envs[0].unwrapped, copy.env.env.envs[0].unwrapped
+    assert (copied.state == pendulum.state).all() and copy.env.episode_lengths.tolist() == [5]
+    with pytest.raises(SystemExit, match="was a __main__.Other"):
+        checkpoints.load_env_state(normalized(), renamed(state, moved, "__main__.Other"), "c.pt")
+
 def test_an_env_state_for_other_envs_or_of_foreign_entries_fails_in_one_line(workdir):
     cartpole = environments.make_envs("CartPole-v1", 2, False, "x")
     cartpole.reset(seed=1)
