@@ -283,14 +283,13 @@ if __name__ == "__main__":
         obs = next_obs
 
         # learn
-        updated = False
         if global_step > learning_starts:
             if global_step % args.train_frequency == 0:
                 data = rb.sample(args.batch_size)
                 loss, q_mean = update(
                     data.observations, data.actions, data.next_observations, data.rewards, data.terminations
                 )
-                updates, updated = updates + 1, True
+                updates += 1
                 # SPS leaves out everything up to and including this process's first gradient update: a
                 # warm-up that holds --compile's compilation (or CUDA graph recording) and, on a fresh run,
                 # the learning_starts steps without updates. Only steps after it count, so no SPS is logged here.
@@ -311,8 +310,7 @@ if __name__ == "__main__":
 
         # progress; a checkpoint every --checkpoint-frequency gradient updates (checked for NaN and inf first) or
         # on SIGINT/SIGTERM
-        run.end_of_iteration(iteration, global_step, obs, updates=updates,
-                             target_updates=target_updates)
+        run.end_of_iteration(iteration, global_step, obs, updates=updates, target_updates=target_updates)
 
     run.finish(global_step, obs, model=q_network, evaluate=lambda: evaluate(q_network, args, run.name, device),
                updates=updates, target_updates=target_updates)

@@ -312,8 +312,7 @@ if __name__ == "__main__":
         obs = next_obs
 
         # learn: one gradient step per vector step once the warm-up is over
-        learning = global_step > learning_starts
-        if learning:
+        if global_step > learning_starts:
             data = rb.sample(args.batch_size)
             qf1_loss, qf2_loss, qf_loss, qf1_values, qf2_values = update_critic(
                 data.observations, data.actions, data.next_observations, data.rewards, data.terminations,

@@ -722,7 +722,7 @@ def test_profile_split_categories_and_shares_by_hand():
 
 
 def test_profile_split_profiles_the_measured_span_of_a_real_run(tmp_path):
-    """ppo.py under CLEANRL_PROFILE: the profile starts with the SPS clock (after the first iteration), so the policy
+    """ppo.py under benchmark/profile_hook.py: the profile starts with the SPS clock (after the first iteration), so the policy
     step is seen once per rollout step of the other iterations, and the rollout's tensor stores (`obs[step] = ...`,
     C slots) are counted as torch, not as the loop's own time; commands that are not a script of this project fail
     in one line."""
