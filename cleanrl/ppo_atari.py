@@ -92,6 +92,9 @@ def derive_sizes(args: Args) -> tuple[int, int, int]:
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
              f"does not divide into --num-minibatches {args.num_minibatches}")
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail(f"minibatches of one transition (--num-minibatches {args.num_minibatches}): --norm-adv divides by their "
+             "standard deviation, which needs 2; use fewer --num-minibatches or --no-norm-adv")
     num_iterations = whole_iterations(args.total_timesteps, batch_size, "one batch")
     return batch_size, batch_size // args.num_minibatches, num_iterations
 

@@ -99,6 +99,9 @@ def derive_sizes(args: Args, world_size: int) -> tuple[int, int, int, int]:
         fail(f"the batch of one rank (--num-envs {args.num_envs} / {world_size} ranks x --num-steps {args.num_steps}"
              f" = {local_batch_size}) does not divide into --num-minibatches {args.num_minibatches}")
     global_batch_size = args.num_envs * args.num_steps
+    if args.norm_adv and global_batch_size // args.num_minibatches < 2:
+        fail(f"minibatches of one transition (--num-minibatches {args.num_minibatches}): --norm-adv divides by their "
+             "standard deviation, which needs 2; use fewer --num-minibatches or --no-norm-adv")
     num_iterations = whole_iterations(args.total_timesteps, global_batch_size, "one batch")
     return envs_per_rank, local_batch_size, local_batch_size // args.num_minibatches, num_iterations
 
