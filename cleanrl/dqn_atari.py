@@ -45,6 +45,8 @@ class Args:
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
     """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
+    env_threads: NonNegativeInt = 0
+    """the emulator worker threads (ale-vector); 0: the cores free at start"""
     total_timesteps: PositiveInt = 10000000
     """total environment steps of the experiment (agent steps, summed over all environments; each is 4 frames)"""
     learning_rate: PositiveFloat = 1e-4
@@ -187,7 +189,10 @@ if __name__ == "__main__":
     device, writer = run.device, run.writer
 
     # env setup: sign-clipped rewards, a lost life terminates (nothing bootstraps across it), whole-game scores
-    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
+    # the envs step together: the replay memory takes every env's transition of a step at once
+    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
+                                        **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads,
+                                                                    pipeline=False))
     n_actions = int(envs.single_action_space.n)
     q_network = QNetwork(n_actions).to(device)
     # capturable keeps Adam's step count on the device for CUDA graphs; fused: one kernel updates every parameter

@@ -7,6 +7,7 @@ the evaluation loop (evaluate_episodes)."""
 import os
 import sys
 import time
+from collections import deque
 from typing import Callable, Optional
 
 import gymnasium as gym
@@ -15,7 +16,8 @@ import torch
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
-from messages import fail
+import speed
+from messages import fail, say
 
 
 def probe_env(env_id: str, action_space: type, finite_actions: bool = False) -> gym.Env:
@@ -138,7 +140,30 @@ def make_atari_env(env_id: str, idx: int, capture_video: bool, run_name: str, no
     return thunk
 
 
-class RecordFirstGameFrames(gym.vector.VectorWrapper):
+class SplitStep(gym.vector.VectorWrapper):
+    """A vector wrapper whose step comes in two parts, so that the caller can work while the envs step: send(actions)
+    starts the inner env's step (ale-py's vector env steps in its worker threads meanwhile; an env without send, such
+    as a SyncVectorEnv, steps at recv), recv() waits for it and returns its result through this wrapper's
+    after_step. step() is send then recv."""
+
+    def after_step(self, obs, reward, terminated, truncated, info):
+        return obs, reward, terminated, truncated, info
+
+    def send(self, actions) -> None:
+        if hasattr(self.env, "send"):
+            self.env.send(actions)
+        else:
+            self.sent_actions = actions
+
+    def recv(self):
+        return self.after_step(*(self.env.recv() if hasattr(self.env, "send") else self.env.step(self.sent_actions)))
+
+    def step(self, actions):
+        self.send(actions)
+        return self.recv()
+
+
+class RecordFirstGameFrames(SplitStep):
     """Video for ale-vector, which renders nothing: env 0's newest 84x84 frame, one mp4 per game on the capped cubic
     schedule (games 0, 1, 8, 27, ..., 1000, 2000, ...), 15 fps. Wrap the full-game env, under AtariGameStatistics."""
 
@@ -159,8 +184,7 @@ class RecordFirstGameFrames(gym.vector.VectorWrapper):
         self._add(obs[0])
         return obs, info
 
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+    def after_step(self, obs, reward, terminated, truncated, info):
         if terminated[0] or truncated[0]:
             self._add(info["final_obs"][0])  # same-step autoreset: obs[0] already shows the next game
             if self.frames:
@@ -170,7 +194,7 @@ class RecordFirstGameFrames(gym.vector.VectorWrapper):
         return obs, reward, terminated, truncated, info
 
 
-class AtariGameStatistics(gym.vector.VectorWrapper):
+class AtariGameStatistics(SplitStep):
     """The learning signal and the real score over a vector env of whole games. step() returns reward sign(r) if
     clip_rewards, else the raw score change; terminated: game over, or (terminal_on_life_loss) a life lost
     (info["life_lost"]; the game goes on, nothing bootstraps across it); truncated: the frame limit; at a game end
@@ -190,8 +214,7 @@ class AtariGameStatistics(gym.vector.VectorWrapper):
         self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
         return obs, info
 
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+    def after_step(self, obs, reward, terminated, truncated, info):
         raw_reward = np.asarray(reward, dtype=np.float64)
         self.game_returns += raw_reward
         self.game_lengths += 1
@@ -211,33 +234,143 @@ class AtariGameStatistics(gym.vector.VectorWrapper):
         return obs, reward.astype(np.float32), terminated, truncated, info
 
 
+def concat_infos(infos: list[dict], sizes: list[int]) -> dict:
+    """The infos of vector envs of `sizes` envs as the info of one vector env of them all: each entry's arrays joined
+    along the env axis, an entry that some env group lacks filled with zeros (False, None) there, as gymnasium's
+    vector envs fill an entry for the envs it does not concern."""
+    out = {}
+    for key in dict.fromkeys(k for info in infos for k in info):
+        parts = [info.get(key) for info in infos]
+        if any(isinstance(part, dict) for part in parts):
+            out[key] = concat_infos([part or {} for part in parts], sizes)
+            continue
+        like = np.asarray(next(part for part in parts if part is not None))
+        out[key] = np.concatenate([np.asarray(part) if part is not None else
+                                   np.full((n,) + like.shape[1:], None if like.dtype == object else 0, like.dtype)
+                                   for part, n in zip(parts, sizes)])
+    return out
+
+
+class EnvGroups(gym.vector.VectorEnv):
+    """One vector env of `num_envs` envs made of fixed groups that step on their own (each a SplitStep stack over its
+    own vector env, with its own worker threads). Pipelining: send(actions, g) starts group g's step and returns at
+    once; recv() waits for the group sent earliest and returns (its envs as a slice of the batch, obs, reward,
+    terminated, truncated, info of those envs); in_flight counts the groups sent and not yet received. step() steps
+    every group at once and returns the whole batch, as one vector env would. reset(seed=s) resets env i with s + i
+    whatever group it is in, so each env's trajectory, given its actions, does not depend on the grouping."""
+
+    def __init__(self, groups: list):
+        self.groups = groups
+        sizes = [group.num_envs for group in groups]
+        ends = np.cumsum(sizes).tolist()
+        self.halves = [slice(end - size, end) for size, end in zip(sizes, ends)]  # each group's envs in the batch
+        self.num_envs, self.sent = sum(sizes), deque()
+        self.single_observation_space = groups[0].single_observation_space
+        self.single_action_space = groups[0].single_action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = groups[0].metadata
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.sent)
+
+    def reset(self, *, seed=None, options=None):
+        while self.sent:  # a group still stepping finishes first
+            self.recv()
+        results = [group.reset(seed=None if seed is None else seed + half.start, options=options)
+                   for group, half in zip(self.groups, self.halves)]
+        return (np.concatenate([obs for obs, _ in results]),
+                concat_infos([info for _, info in results], [group.num_envs for group in self.groups]))
+
+    def send(self, actions, group: int) -> None:
+        """Start group `group`'s step with its envs' actions (len(halves[group]) of them)."""
+        if group in self.sent:
+            raise RuntimeError(f"env group {group} was sent again before its last step was received")
+        self.groups[group].send(actions)
+        self.sent.append(group)
+
+    def recv(self):
+        """(slice of the batch, obs, reward, terminated, truncated, info) of the group sent earliest."""
+        group = self.sent.popleft()
+        return (self.halves[group],) + tuple(self.groups[group].recv())
+
+    def step(self, actions):
+        actions = np.asarray(actions)
+        for g, half in enumerate(self.halves):
+            self.send(actions[half], g)
+        results = [self.recv()[1:] for _ in self.halves]
+        obs, reward, terminated, truncated = (np.concatenate([r[i] for r in results]) for i in range(4))
+        return obs, reward, terminated, truncated, concat_infos([r[4] for r in results],
+                                                                [group.num_envs for group in self.groups])
+
+    def close_extras(self, **kwargs):
+        for group in self.groups:
+            group.close()
+
+
+def env_worker_threads(requested: int = 0) -> tuple[int, str]:
+    """--env-threads: the emulator worker threads of this process and how they were chosen. 0: the cores this process
+    may use, as --torch-threads 0 counts them: those free as the run starts, or under torchrun an even share of this
+    node's cores among its ranks (LOCAL_WORLD_SIZE), which start together and would count each other busy."""
+    if requested:
+        return requested, "--env-threads"
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if ranks > 1:
+        cores = len(os.sched_getaffinity(0))
+        return max(1, cores // ranks), f"{cores} cores shared by {ranks} ranks on this node"
+    free = speed.free_cores()
+    return free, f"{free} of {os.cpu_count()} cores free"
+
+
+def atari_engine(num_envs: int, backend: str, env_threads: int, pipeline: bool, announce: bool = True) -> dict:
+    """make_atari_envs' groups and threads for a training run, from --num-envs, --env-threads and --pipeline-envs;
+    printed among the run's first lines (announce). Neither changes the algorithm: only how fast the same data come."""
+    groups = 2 if pipeline and num_envs > 1 else 1
+    threads, why = env_worker_threads(env_threads)
+    if announce:
+        how = "in two halves, each stepping while the policy acts on the other" if groups == 2 else "stepped together"
+        where = (f"{threads} emulator threads ({why})" if backend == "ale-vector" else
+                 "emulated in this process (gymnasium backend)")
+        say(f"environments: {num_envs} {how}; {where}; {torch.get_num_threads()} torch CPU threads")
+    return dict(groups=groups, threads=threads)
+
+
 def make_atari_envs(env_id: str, num_envs: int, backend: str = "ale-vector", capture_video: bool = False,
                     run_name: str = "", noop_max: int = 30, terminal_on_life_loss: bool = True,
-                    clip_rewards: bool = True, max_frames: Optional[int] = None) -> gym.vector.VectorEnv:
+                    clip_rewards: bool = True, max_frames: Optional[int] = None, groups: int = 1,
+                    threads: int = 1) -> EnvGroups:
     """`num_envs` preprocessed Atari games, same-step autoreset; reset(seed=s) seeds env i with s + i; observations
     uint8 (num_envs, 4, 84, 84), scaled in the network. "ale-vector": ale-py's threaded C++ AtariVectorEnv, its reward
     clipping and episodic life off (its episodic_life resets the game at each lost life); "gymnasium": the wrappers
     above. They agree frame for frame but for the reset noops: native 0..noop_max-1 from its own RNG (one fewer after
     FIRE), gymnasium 1..noop_max from np_random. capture_video: env 0 (gymnasium: in colour; ale-vector: as seen).
-    max_frames overrides the id's frame limit per game."""
+    max_frames overrides the id's frame limit per game. groups: 2 splits the envs into two halves that step on their
+    own (EnvGroups, for a pipelined rollout; at most num_envs groups); threads: ale-vector's worker threads in all,
+    shared among the groups (each gets at least one)."""
     if backend not in ATARI_BACKENDS:
         fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
     settings = atari_emulator_settings(env_id)
     max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
+    groups = min(groups, num_envs)
+    sizes = [num_envs // groups + (g < num_envs % groups) for g in range(groups)]
     if backend == "gymnasium":
-        envs = gym.vector.SyncVectorEnv(
-            [make_atari_env(env_id, i, capture_video, run_name, noop_max, max_frames) for i in range(num_envs)],
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+        return EnvGroups([AtariGameStatistics(gym.vector.SyncVectorEnv(
+            [make_atari_env(env_id, start + i, capture_video, run_name, noop_max, max_frames) for i in range(size)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), terminal_on_life_loss, clip_rewards)
+            for start, size in zip(np.cumsum([0] + sizes).tolist(), sizes)])
     from ale_py.vector_env import AtariVectorEnv
-    envs = AtariVectorEnv(
-        settings["game"], num_envs, repeat_action_probability=settings["repeat_action_probability"],
-        full_action_space=settings["full_action_space"], max_num_frames_per_episode=max_frames,
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, img_height=84, img_width=84, grayscale=True, stack_num=4,
-        frameskip=4, maxpool=True, noop_max=noop_max, use_fire_reset=True, episodic_life=False, life_loss_info=False,
-        reward_clipping=False)
-    envs = RecordFirstGameFrames(envs, f"videos/{run_name}") if capture_video else envs
-    return AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards)
+    stacks = []
+    for g, size in enumerate(sizes):
+        envs = AtariVectorEnv(
+            settings["game"], size, repeat_action_probability=settings["repeat_action_probability"],
+            full_action_space=settings["full_action_space"], max_num_frames_per_episode=max_frames,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, img_height=84, img_width=84, grayscale=True,
+            stack_num=4, frameskip=4, maxpool=True, noop_max=noop_max, use_fire_reset=True, episodic_life=False,
+            life_loss_info=False, reward_clipping=False, num_threads=min(size, max(1, threads // groups)))
+        envs = RecordFirstGameFrames(envs, f"videos/{run_name}") if capture_video and g == 0 else envs
+        stacks.append(AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards))
+    return EnvGroups(stacks)
 
 
 # Procgen, from envpool (the procgen package does not install on current Python)
@@ -284,8 +417,9 @@ def resolve_env_id(env_id: str, distribution_mode: str, known_ids: list[str]) ->
          "StarpilotEasy-v0")
 
 
-def make_procgen_envs(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
-    """num_envs envs of the envpool Procgen id env_id, all levels (num_levels=0), with episode statistics."""
+def make_procgen_envs(env_id: str, num_envs: int, seed: int, threads: int = 1) -> gym.vector.VectorEnv:
+    """num_envs envs of the envpool Procgen id env_id, all levels (num_levels=0), with episode statistics; `threads`
+    envpool worker threads (at most one per env)."""
     # envpool's Procgen is a gymnasium VectorEnv with NEXT_STEP autoreset and no same-step mode. Procgen
     # itself starts the next level inside the step that ends an episode, so that step's observation is
     # already a new level's frame and the true final observation is lost; envpool then spends the
@@ -294,7 +428,8 @@ def make_procgen_envs(env_id: str, num_envs: int, seed: int) -> gym.vector.Vecto
     # Procgen's own time limit (e.g. 1000 steps in starpilot) is reported as truncation, but with no
     # final observation to bootstrap from it is treated as termination, as in the Procgen and PPG papers.
     # RecordEpisodeStatistics understands NEXT_STEP: it counts no reward and no length on the reset steps.
-    envs = load_envpool().make_gymnasium(env_id, num_envs=num_envs, seed=seed, num_levels=0, start_level=0)
+    envs = load_envpool().make_gymnasium(env_id, num_envs=num_envs, seed=seed, num_levels=0, start_level=0,
+                                         num_threads=min(threads, num_envs))
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
 

@@ -94,6 +94,8 @@ class Args:
     optimizer step (less memory, same update)"""
     amp: bool = False
     """if toggled, run the networks' forward passes under bf16 autocast (pays on CUDA GPUs; slow on most CPUs)"""
+    env_threads: NonNegativeInt = 0
+    """envpool's worker threads; 0: the cores free at start"""
     torch_threads: NonNegativeInt = 0
     """torch threads on the CPU; 0: as many as other work leaves cores free, looked at again as the run goes
     (the IMPALA CNN gains from a second core); a number for bit-identical reruns"""
@@ -374,7 +376,10 @@ if __name__ == "__main__":
 
     # env setup. envpool's state cannot be saved: a resumed run builds its environments with the seed
     # seed + global_step (seeds not used before), so the episodes in progress at the checkpoint are dropped.
-    envs = environments.make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step)
+    threads, why = environments.env_worker_threads(args.env_threads)
+    messages.say(f"environments: {args.num_envs} stepped together; {threads} envpool threads ({why}); "
+                 f"{torch.get_num_threads()} torch CPU threads")
+    envs = environments.make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step, threads)
     obs_shape = envs.single_observation_space.shape
     n_actions = int(envs.single_action_space.n)
     # a resumed run counts its episodes from 0 again: its own file names keep it from overwriting earlier videos

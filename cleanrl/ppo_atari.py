@@ -48,6 +48,10 @@ class Args:
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
     """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
+    pipeline_envs: bool = True
+    """if toggled, the envs step in two halves, each while the policy acts on the other (the same data, sooner)"""
+    env_threads: NonNegativeInt = 0
+    """the emulator worker threads (ale-vector); 0: the cores free at start (under torchrun, this rank's share)"""
     total_timesteps: PositiveInt = 10000000
     """total environment steps of the experiment (agent steps; each is 4 emulator frames)"""
     learning_rate: PositiveFloat = 2.5e-4
@@ -251,7 +255,9 @@ if __name__ == "__main__":
     torch.backends.cuda.matmul.allow_tf32 = True
 
     # env setup
-    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name)
+    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
+                                        **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads,
+                                                                    args.pipeline_envs))
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
@@ -286,7 +292,7 @@ if __name__ == "__main__":
     # an uninterrupted run. The learning-rate schedule is a function of the iteration, so the iteration is its
     # whole state.
     next_obs, start_iteration, global_step = run.restore(envs, {"agent": agent, "optimizer": optimizer}, args.seed)
-    next_obs = torch.as_tensor(next_obs, device=device)
+    next_obs = torch.as_tensor(next_obs, device=device).clone()  # each half's next frames are written into it
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
@@ -312,40 +318,53 @@ if __name__ == "__main__":
     policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
     gae = speed.speed_up(compute_gae, args, compile=False)
 
+    sent = {}  # the rollout step and global step whose actions each half (by its first env) is stepping with
+
+    def receive(half: slice, next_obs_np, reward, term, trunc, infos) -> None:
+        """Store what a half's step returned, at the rollout step whose actions it took."""
+        step, step_global = sent[half.start]
+        # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
+        rewards_np[step, half] = reward
+        terminations_np[step, half] = term
+        dones_np[step, half] = np.logical_or(term, trunc)
+        next_obs[half] = staging.to_device(f"obs{half.start}", next_obs_np)
+        # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps from the
+        # value of the true final observation, which same-step autoreset keeps in info["final_obs"]. A step that
+        # both lost a life and hit the limit counts as terminated.
+        only_trunc = np.logical_and(trunc, np.logical_not(term))
+        truncated_np[step, half] = only_trunc
+        if only_trunc.any():
+            final_obs = np.stack(infos["final_obs"][only_trunc])
+            truncated_envs = torch.as_tensor(half.start + np.flatnonzero(only_trunc), device=device)
+            with torch.no_grad():
+                final_values[step, truncated_envs] = agent.get_value(
+                    torch.as_tensor(final_obs, device=device)
+                ).flatten()
+        run.log_episodes(infos, step_global)  # whole games, real (unclipped) score over all lives
+
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
-        # rollout
+        # rollout, pipelined (--pipeline-envs): the envs are two fixed halves (envs.halves; one with
+        # --no-pipeline-envs). A half's step runs in the emulator threads while the policy acts on the other half, so
+        # stepping and acting overlap; every env still acts on its own newest frames with the same policy, so the data
+        # are those of a synchronous rollout (only the order of the policy's random draws differs).
         for step in range(args.num_steps):
             global_step += args.num_envs
-            obs[step] = next_obs
-            action, logprob, value = policy_step(next_obs)
-            values[step] = value.flatten()
-            actions[step] = action
-            logprobs[step] = logprob
-
-            # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
-            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            rewards_np[step] = reward
-            terminations_np[step] = term
-            dones_np[step] = np.logical_or(term, trunc)
-            next_obs = staging.to_device("obs", next_obs_np)
-            # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps
-            # from the value of the true final observation, which same-step autoreset keeps in
-            # info["final_obs"]. A step that both lost a life and hit the limit counts as terminated.
-            only_trunc = np.logical_and(trunc, np.logical_not(term))
-            truncated_np[step] = only_trunc
-            if only_trunc.any():
-                final_obs = np.stack(infos["final_obs"][only_trunc])
-                truncated_envs = torch.as_tensor(np.flatnonzero(only_trunc), device=device)
-                with torch.no_grad():
-                    final_values[step, truncated_envs] = agent.get_value(
-                        torch.as_tensor(final_obs, device=device)
-                    ).flatten()
-
-            run.log_episodes(infos, global_step)  # whole games, real (unclipped) score over all lives
+            for group, half in enumerate(envs.halves):
+                obs[step, half] = next_obs[half]
+                action, logprob, value = policy_step(next_obs[half])
+                values[step, half] = value.flatten()
+                actions[step, half] = action
+                logprobs[step, half] = logprob
+                envs.send(action.cpu().numpy(), group)
+                sent[half.start] = step, global_step
+                if envs.in_flight == len(envs.halves):  # the other half stepped meanwhile: take its results
+                    receive(*envs.recv())
+        while envs.in_flight:  # the rollout's last step of the half still stepping
+            receive(*envs.recv())
 
         for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
                                (truncated, truncated_np)):

@@ -35,7 +35,9 @@ import environments
 import messages
 import runtime
 import speed
-from flags import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags
+from flags import (
+    NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags,
+)
 from messages import fail
 
 
@@ -52,6 +54,10 @@ class Args:
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
     """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
+    pipeline_envs: bool = True
+    """if toggled, each rank's envs step in two halves, each while the policy acts on the other (same data, sooner)"""
+    env_threads: NonNegativeInt = 0
+    """each rank's emulator worker threads (ale-vector); 0: its share of the node's cores (cores / ranks on the node)"""
     total_timesteps: PositiveInt = 10000000
     """total environment steps of the experiment, all ranks together (agent steps; each is 4 emulator frames)"""
     learning_rate: PositiveFloat = 2.5e-4
@@ -386,8 +392,9 @@ if __name__ == "__main__":
                 f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}")
 
     # env setup: this rank's share of the environments; only rank 0 records video
-    envs = environments.make_atari_envs(args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0,
-                                   run.name)
+    envs = environments.make_atari_envs(
+        args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0, run.name,
+        **environments.atari_engine(envs_per_rank, args.env_backend, args.env_threads, args.pipeline_envs, rank == 0))
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # Every rank drew its own random init (seeded differently); rank 0's becomes everyone's.
@@ -420,7 +427,7 @@ if __name__ == "__main__":
     # the games in progress are dropped (no Atari env state can be saved). global_step counts the environment steps
     # of ALL ranks (in lockstep). The learning-rate schedule is a function of the iteration, its whole state.
     next_obs, start_iteration, global_step = run.restore(envs, {"agent": agent, "optimizer": optimizer}, env_seed)
-    next_obs = torch.as_tensor(next_obs, device=device)
+    next_obs = torch.as_tensor(next_obs, device=device).clone()  # each half's next frames are written into it
     rank_games = 0  # games finished on this rank's envs, for the last line it prints
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -463,44 +470,56 @@ if __name__ == "__main__":
     for p in agent.parameters():
         p.grad = torch.zeros_like(p)
 
+    sent = {}  # the rollout step and global step whose actions each half (by its first env) is stepping with
+
+    def receive(half: slice, next_obs_np, reward, term, trunc, infos) -> None:
+        """Store what a half's step returned, at the rollout step whose actions it took."""
+        step, step_global = sent[half.start]
+        # rewards are sign-clipped and a lost life terminates (environments.AtariGameStatistics); the game goes on
+        rewards_np[step, half] = reward
+        terminations_np[step, half] = term
+        dones_np[step, half] = np.logical_or(term, trunc)
+        next_obs[half] = staging.to_device(f"obs{half.start}", next_obs_np)
+        # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps from the
+        # value of the true final observation, which same-step autoreset keeps in info["final_obs"]. A step that
+        # both lost a life and hit the limit counts as terminated.
+        only_trunc = np.logical_and(trunc, np.logical_not(term))
+        truncated_np[step, half] = only_trunc
+        if only_trunc.any():
+            final_obs = np.stack(infos["final_obs"][only_trunc])
+            truncated_envs = torch.as_tensor(half.start + np.flatnonzero(only_trunc), device=device)
+            with torch.no_grad():
+                final_values[step, truncated_envs] = agent.get_value(
+                    torch.as_tensor(final_obs, device=device)
+                ).flatten()
+        if "episode" in infos:  # whole games, real (unclipped) score over all lives
+            for i in np.nonzero(infos["_episode"])[0]:
+                episodes.append((step_global, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
-        # rollout
+        # rollout, pipelined (--pipeline-envs): this rank's envs are two fixed halves (envs.halves; one with
+        # --no-pipeline-envs). A half's step runs in the emulator threads while the policy acts on the other half, so
+        # stepping and acting overlap; every env still acts on its own newest frames with the same policy, so the data
+        # are those of a synchronous rollout (only the order of the policy's random draws differs).
         episodes = []
         for step in range(args.num_steps):
             global_step += args.num_envs
-            obs[step] = next_obs
-            action, logprob, value = policy_step(next_obs)
-            values[step] = value.flatten()
-            actions[step] = action
-            logprobs[step] = logprob
-
-            # rewards are sign-clipped and a lost life terminates (environments.AtariGameStatistics); the game goes on
-            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            rewards_np[step] = reward
-            terminations_np[step] = term
-            dones_np[step] = np.logical_or(term, trunc)
-            next_obs = staging.to_device("obs", next_obs_np)
-            # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps
-            # from the value of the true final observation, which same-step autoreset keeps in
-            # info["final_obs"]. A step that both lost a life and hit the limit counts as terminated.
-            only_trunc = np.logical_and(trunc, np.logical_not(term))
-            truncated_np[step] = only_trunc
-            if only_trunc.any():
-                final_obs = np.stack(infos["final_obs"][only_trunc])
-                truncated_envs = torch.as_tensor(np.flatnonzero(only_trunc), device=device)
-                with torch.no_grad():
-                    final_values[step, truncated_envs] = agent.get_value(
-                        torch.as_tensor(final_obs, device=device)
-                    ).flatten()
-
-            if "episode" in infos:
-                # whole games, real (unclipped) score over all lives
-                for i in np.nonzero(infos["_episode"])[0]:
-                    episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+            for group, half in enumerate(envs.halves):
+                obs[step, half] = next_obs[half]
+                action, logprob, value = policy_step(next_obs[half])
+                values[step, half] = value.flatten()
+                actions[step, half] = action
+                logprobs[step, half] = logprob
+                envs.send(action.cpu().numpy(), group)
+                sent[half.start] = step, global_step
+                if envs.in_flight == len(envs.halves):  # the other half stepped meanwhile: take its results
+                    receive(*envs.recv())
+        while envs.in_flight:  # the rollout's last step of the half still stepping
+            receive(*envs.recv())
 
         for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
                                (truncated, truncated_np)):

@@ -114,10 +114,10 @@ class CudaGraph:
     clipping, a capturable optimizer's step, a target network's update), with no host work between its kernels.
     The first `warmup` calls run as they are, on a side stream (they allocate the optimizer's state, let cuDNN and
     cuBLAS pick kernels, and compile); the next call is recorded, then replayed to do its work. Later calls copy
-    their tensor arguments into the recorded ones (same shapes), replay, and return copies of the recorded outputs,
-    which the next replay overwrites. Arguments that are not tensors (a bool, say) are part of the graph: each value
-    gets one of its own. Each graph has its own memory pool, so the parameter gradients one graph records stay its
-    own when another graph records gradients of the same parameters.
+    their tensor arguments into the recorded ones, replay, and return copies of the recorded outputs, which the next
+    replay overwrites. Arguments that are not tensors (a bool, say) are part of the graph: each value gets one of its
+    own, and so does each shape of the tensor arguments. Each graph has its own memory pool, so the parameter
+    gradients one graph records stay its own when another graph records gradients of the same parameters.
     What fn does outside CUDA kernels happens once, at recording: it must not read tensor values on the host (a
     synchronisation fails the recording), and its Python control flow may depend on its non-tensor arguments only."""
 
@@ -126,7 +126,10 @@ class CudaGraph:
         self.side = torch.cuda.Stream()
 
     def __call__(self, *args):
-        key = tuple((i, arg) for i, arg in enumerate(args) if not isinstance(arg, torch.Tensor))
+        # one graph per value of the non-tensor arguments and per shape of the tensor ones (a pipelined rollout's
+        # two halves differ by one env when --num-envs is odd)
+        key = tuple((i, "tensor", arg.shape, arg.dtype) if isinstance(arg, torch.Tensor) else (i, arg)
+                    for i, arg in enumerate(args))
         self.calls[key] = self.calls.get(key, 0) + 1
         if key not in self.graphs and self.calls[key] <= self.warmup:
             self.side.wait_stream(torch.cuda.current_stream())

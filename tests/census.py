@@ -16,9 +16,9 @@ On a CUDA device some tensor operations make the host wait until the device has 
 On the CPU nothing waits, but the same calls are made, so they can be counted here. This module runs the script as
 `python SCRIPT ARGS...` would (runpy, as __main__, the script's folder first on sys.path) under a TorchFunctionMode
 that records each such call at the innermost line of a file under cleanrl/ (the script or runtime.py) that led to it.
-It also counts the environment steps (the calls of a gymnasium vector env's step that the script file makes, a
-chain of wrappers counting once), the optimizer steps, and the points at which the run logs a losses/* scalar. It
-writes, even when the script ends with SystemExit:
+It also counts the environment steps (the calls of a gymnasium vector env's step, or of the send that starts a
+pipelined half-step, that the script file makes, a chain of wrappers counting once), the optimizer steps, and the
+points at which the run logs a losses/* scalar. It writes, even when the script ends with SystemExit:
 
     {"steps": N, "updates": U, "log_points": [[steps, updates], ...],
      "sites": {"cleanrl/ppo.py:298": {"count": c, "occasions": o, "off_log": f, "source": "...", "kind": "cpu"}}}
@@ -298,9 +298,14 @@ class Census(TorchFunctionMode):
         return pick
 
     def count_steps_of(self, cls) -> None:
-        """Count the calls of cls.step (if cls defines it) that the script file makes itself, outermost only: the
-        inner steps of a chain of wrappers (the script's own among them) are part of the outer one."""
-        step = cls.__dict__.get("step")
+        """Count the calls of cls.step and cls.send (where cls defines them) that the script file makes itself,
+        outermost only: the inner steps of a chain of wrappers (the script's own among them) are part of the outer
+        one. A pipelined rollout's send starts the step of half the envs and counts as one step."""
+        for name in ("step", "send"):
+            self.count_calls_of(cls, name)
+
+    def count_calls_of(self, cls, name: str) -> None:
+        step = cls.__dict__.get(name)
         if step is None or getattr(step, "census", False):
             return
 
@@ -314,7 +319,7 @@ class Census(TorchFunctionMode):
             finally:
                 self.stepping -= 1
         counted.census = True
-        cls.step = counted
+        setattr(cls, name, counted)
 
     def count_env_steps(self) -> None:
         """Count the steps of every gymnasium vector env and wrapper class, those defined later included."""

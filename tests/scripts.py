@@ -244,7 +244,7 @@ OFF_POLICY_LOSSES = ("losses/qf1_loss", "losses/qf2_loss", "losses/qf1_values", 
                      "losses/qf_loss", "losses/actor_loss")
 
 # The line of each family allowed to synchronise at every step (tests/test_host_syncs.py)
-ROLLOUT_COPY = "envs.step(action.cpu().numpy())"  # the rollout's sampled actions to the environments
+ROLLOUT_COPY = "action.cpu().numpy()"  # the rollout's sampled actions to the environments (step, or a half's send)
 # the greedy actions, copied only at the steps where some env exploits (epsilon-greedy's coin flips are numpy)
 GREEDY_COPY = "lambda: policy_step("
 # the noisy deterministic (DDPG, TD3) or sampled squashed-Gaussian (SAC) actions after the random warm-up
@@ -519,7 +519,7 @@ SCRIPTS = {s.name: s for s in [
         tracked=False,  # tests/test_ppo_atari.py checks the video of both env backends
         saves_envs=False,
         resume=Resume(LIFE_PPO_ATARI + ("--total-timesteps", "640") + SAVE, 1, 640, 10,
-                      tuple(64 * i for i in range(1, 11)), why="AtariVectorEnv is not a SyncVectorEnv"),
+                      tuple(64 * i for i in range(1, 11)), why="EnvGroups is not a SyncVectorEnv"),
         stop=Stop(LIFE_PPO_ATARI + ("--total-timesteps", "64000", "--save-model", "--checkpoint-frequency", "1"), 64,
                   True),
         # the sampled actions come from the seeded torch generator, the eval env from seed + 10000; real Breakout

@@ -1,7 +1,11 @@
-"""The shared Atari env block of cleanrl/ppo_atari.py: both backends agree, and scores are real.
-
-The block is copied verbatim into other Atari scripts (`# [shared:atari-env]`), so testing it here tests them.
+"""The Atari envs of cleanrl/environments.py that every Atari script builds: both backends agree, scores are real,
+two pipelined halves step each env as one batch does, and the worker threads come from the free cores.
 """
+
+import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +17,7 @@ import gymnasium as gym  # noqa: E402
 from ale_py.vector_env import AtariVectorEnv  # noqa: E402
 
 from environments import AtariGameStatistics, atari_emulator_settings
-from environments import make_atari_envs  # noqa: E402
+from environments import concat_infos, make_atari_envs  # noqa: E402
 
 
 def test_native_and_gymnasium_backends_agree_frame_for_frame():
@@ -198,3 +202,84 @@ def test_sticky_v5_ids_run_on_both_backends_and_time_limit_truncates(workdir):
         assert not obs[:, :3].any(), "the observation is already the next game's first"
         envs.close()
         assert list((workdir / "videos" / backend).glob("*.mp4")), f"{backend}: no video of env 0's game"
+
+
+@pytest.mark.parametrize("backend", ["ale-vector", "gymnasium"])
+def test_each_env_steps_the_same_in_two_pipelined_halves_as_in_one_batch(backend):
+    # 5 envs: halves of 3 and 2. Both vector envs get the same fixed action sequence; the grouped one steps its
+    # halves with send/recv (the second half sent while the first still steps). Short games (a 400-frame limit)
+    # put truncations, game overs and autoresets into the comparison.
+    n = 5
+    whole = make_atari_envs("BreakoutNoFrameskip-v4", n, backend, max_frames=400, threads=2)
+    halves = make_atari_envs("BreakoutNoFrameskip-v4", n, backend, max_frames=400, groups=2, threads=2)
+    assert halves.halves == [slice(0, 3), slice(3, 5)] and whole.halves == [slice(0, 5)]
+    obs_whole, _ = whole.reset(seed=3)
+    obs_halves, _ = halves.reset(seed=3)
+    np.testing.assert_array_equal(obs_whole, obs_halves)
+    rng, games, truncations = np.random.default_rng(0), 0, 0
+    for t in range(300):
+        actions = rng.integers(0, 4, n)
+        obs, reward, terminated, truncated, info = whole.step(actions)
+        for g, half in enumerate(halves.halves):
+            halves.send(actions[half], g)
+        assert halves.in_flight == 2
+        for g, half in enumerate(halves.halves):  # received in the order sent
+            got_half, h_obs, h_reward, h_terminated, h_truncated, h_info = halves.recv()
+            assert got_half == half
+            for mine, theirs in ((h_obs, obs), (h_reward, reward), (h_terminated, terminated), (h_truncated, truncated),
+                                 (h_info["lives"], info["lives"]), (h_info["life_lost"], info["life_lost"])):
+                np.testing.assert_array_equal(mine, theirs[half], err_msg=f"step {t}, envs {half}")
+            if "episode" in info and info["_episode"][half].any():
+                np.testing.assert_array_equal(h_info["_episode"], info["_episode"][half])
+                for key in ("r", "l"):
+                    np.testing.assert_array_equal(h_info["episode"][key][h_info["_episode"]],
+                                                  info["episode"][key][half][info["_episode"][half]])
+                for i in np.flatnonzero(h_info["_episode"]):
+                    np.testing.assert_array_equal(h_info["final_obs"][i], info["final_obs"][half][i])
+            else:
+                assert "episode" not in h_info or not h_info["_episode"].any()
+        assert halves.in_flight == 0
+        games += int(np.logical_or(terminated, truncated).sum())
+        truncations += int(truncated.sum())
+    assert games >= 5 and truncations >= 1, (games, truncations)
+    whole.close()
+    halves.close()
+
+
+def test_the_infos_of_the_halves_join_as_one_vector_envs_info():
+    # a game over in the first half (of 2 envs) only: its entries are filled for the second half's 3 envs with
+    # False, zeros or None, as a vector env fills an entry for the envs it does not concern
+    first = {"lives": np.array([5, 4]), "_episode": np.array([False, True]),
+             "episode": {"r": np.array([0.0, 7.0]), "l": np.array([0, 90])},
+             "final_obs": np.array([None, "frames"], dtype=object)}
+    second = {"lives": np.array([3, 2, 1])}
+    joined = concat_infos([first, second], [2, 3])
+    np.testing.assert_array_equal(joined["lives"], [5, 4, 3, 2, 1])
+    np.testing.assert_array_equal(joined["_episode"], [False, True, False, False, False])
+    np.testing.assert_array_equal(joined["episode"]["r"], [0.0, 7.0, 0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(joined["episode"]["l"], [0, 90, 0, 0, 0])
+    assert joined["final_obs"].tolist() == [None, "frames", None, None, None]
+    # ale-py's final observations are one uint8 array: zeros for the envs of a half without them
+    frames = {"final_obs": np.ones((1, 4, 84, 84), np.uint8)}
+    joined = concat_infos([{}, frames], [2, 1])
+    assert joined["final_obs"].shape == (3, 4, 84, 84) and joined["final_obs"][:2].max() == 0
+    assert joined["final_obs"][2].min() == 1
+
+
+def test_env_threads_take_the_free_cores_a_share_under_torchrun_or_the_flag(monkeypatch):
+    from environments import env_worker_threads
+
+    assert env_worker_threads(3) == (3, "--env-threads")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    cores = len(os.sched_getaffinity(0))
+    assert env_worker_threads(0) == (max(1, cores // 2), f"{cores} cores shared by 2 ranks on this node")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    # a process spinning on one core leaves the others: on this 2-core machine, one
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        threads, why = env_worker_threads(0)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert 1 <= threads <= max(1, os.cpu_count() - 1) and why.endswith(f"of {os.cpu_count()} cores free"), why

@@ -67,3 +67,26 @@ def test_both_env_backends_log_whole_games_and_record_training_and_evaluation_vi
     videos = list((workdir / "videos").rglob("*.mp4"))
     assert any("-eval" not in v.parent.name for v in videos), f"no training video: {videos}"
     assert any("-eval" in v.parent.name for v in videos), f"no evaluation video: {videos}"
+
+
+def test_a_pipelined_rollout_is_the_same_run_as_a_synchronous_one(workdir):
+    # The envs step in two halves (here of 3 and 2 envs), each while the policy acts on the other, or all together
+    # (--no-pipeline-envs). Each env acts on its own newest frames with the same policy either way, and the policy's
+    # draws for the two halves come from the generator in the order of one draw for all the envs, so on the CPU with
+    # one torch thread the two runs play the same games, logged at the same steps. The losses agree to float
+    # rounding: the network's convolutions on 3 and 2 frames round differently from one on 5.
+    runs = {}
+    for mode in ("--pipeline-envs", "--no-pipeline-envs"):
+        run_script("ppo_atari.py", "--num-envs", "5", "--num-steps", "64", "--num-minibatches", "2",
+                   "--update-epochs", "1", "--total-timesteps", "1280", "--torch-threads", "1", "--eval-episodes", "0",
+                   mode, "--exp-name", mode.strip("-"), cwd=workdir, timeout=300)
+        run_dir = next(d for d in (workdir / "runs").iterdir() if d.name.split("__")[1] == mode.strip("-"))
+        runs[mode] = read_scalars(run_dir)
+    pipelined, synchronous = runs.values()
+    assert len(pipelined["charts/episodic_return"]) >= 3, "no game ended: the comparison misses the games"
+    for tag in ("charts/episodic_return", "charts/episodic_length"):
+        assert pipelined[tag] == synchronous[tag], tag
+    for tag in PPO_LOSSES + ("losses/explained_variance", "charts/learning_rate"):
+        assert [step for step, _ in pipelined[tag]] == [320, 640, 960, 1280], tag
+        assert [step for step, _ in synchronous[tag]] == [320, 640, 960, 1280], tag
+        assert values(pipelined, tag) == pytest.approx(values(synchronous, tag), rel=1e-4, abs=1e-6), tag
