@@ -230,7 +230,7 @@ if __name__ == "__main__":
     # the envs step together: the replay memory takes every env's transition of a step at once
     envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
                                         **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads,
-                                                                    pipeline=False))
+                                                                    "off", device))
     n_actions = int(envs.single_action_space.n)
     atoms = torch.linspace(args.v_min, args.v_max, steps=args.n_atoms)
     q_network = QNetwork(n_actions, atoms).to(device)

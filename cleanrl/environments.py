@@ -323,13 +323,24 @@ def env_worker_threads(requested: int = 0) -> tuple[int, str]:
     return free, f"{free} of {os.cpu_count()} cores free"
 
 
-def atari_engine(num_envs: int, backend: str, env_threads: int, pipeline: bool, announce: bool = True) -> dict:
+PIPELINE_MODES = ("auto", "on", "off")
+
+
+def atari_engine(num_envs: int, backend: str, env_threads: int, pipeline: str, device: torch.device,
+                 announce: bool = True) -> dict:
     """make_atari_envs' groups and threads for a training run, from --num-envs, --env-threads and --pipeline-envs;
-    printed among the run's first lines (announce). Neither changes the algorithm: only how fast the same data come."""
-    groups = 2 if pipeline and num_envs > 1 else 1
+    printed among the run's first lines (announce). Neither changes the algorithm: only how fast the same data come.
+    --pipeline-envs auto: two halves when the policy acts on a GPU; on the CPU the envs step together, since there
+    the policy's torch threads and the emulator threads share the cores, and on 2 cores the pipelined rollout was
+    not faster (docs/speed.md has the measurements)."""
+    if pipeline not in PIPELINE_MODES:
+        fail(f"unknown --pipeline-envs {pipeline!r}; choose one of {', '.join(PIPELINE_MODES)}")
+    pipelined = pipeline == "on" or pipeline == "auto" and device.type == "cuda"
+    groups = 2 if pipelined and num_envs > 1 else 1
     threads, why = env_worker_threads(env_threads)
     if announce:
-        how = "in two halves, each stepping while the policy acts on the other" if groups == 2 else "stepped together"
+        how = ("in two halves, each stepping while the policy acts on the other" if groups == 2 else
+               "stepped together" + (" (--pipeline-envs auto on the CPU)" if pipeline == "auto" else ""))
         where = (f"{threads} emulator threads ({why})" if backend == "ale-vector" else
                  "emulated in this process (gymnasium backend)")
         say(f"environments: {num_envs} {how}; {where}; {torch.get_num_threads()} torch CPU threads")

@@ -20,7 +20,7 @@ Run:
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -48,8 +48,9 @@ class Args:
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
     """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
-    pipeline_envs: bool = True
-    """if toggled, the envs step in two halves, each while the policy acts on the other (the same data, sooner)"""
+    pipeline_envs: Literal["auto", "on", "off"] = "auto"
+    """`on`: the envs step in two halves, each while the policy acts on the other (the same data, sooner); `auto`:
+    on when the policy acts on a GPU, off on the CPU (where the policy and the emulators share the cores)"""
     env_threads: NonNegativeInt = 0
     """the emulator worker threads (ale-vector); 0: the cores free at start (under torchrun, this rank's share)"""
     total_timesteps: PositiveInt = 10000000
@@ -257,7 +258,7 @@ if __name__ == "__main__":
     # env setup
     envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
                                         **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads,
-                                                                    args.pipeline_envs))
+                                                                    args.pipeline_envs, device))
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
@@ -347,8 +348,8 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
-        # rollout, pipelined (--pipeline-envs): the envs are two fixed halves (envs.halves; one with
-        # --no-pipeline-envs). A half's step runs in the emulator threads while the policy acts on the other half, so
+        # rollout, pipelined (--pipeline-envs on, or auto on a GPU): the envs are two fixed halves (envs.halves;
+        # one group when off). A half's step runs in the emulator threads while the policy acts on the other half, so
         # stepping and acting overlap; every env still acts on its own newest frames with the same policy, so the data
         # are those of a synchronous rollout (only the order of the policy's random draws differs).
         for step in range(args.num_steps):

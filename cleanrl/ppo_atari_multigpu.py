@@ -54,8 +54,9 @@ class Args:
     """the id of the environment: `<Game>NoFrameskip-v4` (no sticky actions) or `ALE/<Game>-v5` (sticky actions)"""
     env_backend: str = "ale-vector"
     """`ale-vector`: ale-py's native C++ vector env; `gymnasium`: gymnasium wrappers in a SyncVectorEnv"""
-    pipeline_envs: bool = True
-    """if toggled, each rank's envs step in two halves, each while the policy acts on the other (same data, sooner)"""
+    pipeline_envs: Literal["auto", "on", "off"] = "auto"
+    """`on`: the envs step in two halves, each while the policy acts on the other (the same data, sooner); `auto`:
+    on when the policy acts on a GPU, off on the CPU (where the policy and the emulators share the cores)"""
     env_threads: NonNegativeInt = 0
     """each rank's emulator worker threads (ale-vector); 0: its share of the node's cores (cores / ranks on the node)"""
     total_timesteps: PositiveInt = 10000000
@@ -394,7 +395,8 @@ if __name__ == "__main__":
     # env setup: this rank's share of the environments; only rank 0 records video
     envs = environments.make_atari_envs(
         args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0, run.name,
-        **environments.atari_engine(envs_per_rank, args.env_backend, args.env_threads, args.pipeline_envs, rank == 0))
+        **environments.atari_engine(envs_per_rank, args.env_backend, args.env_threads, args.pipeline_envs, device,
+                                    rank == 0))
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # Every rank drew its own random init (seeded differently); rank 0's becomes everyone's.
@@ -501,10 +503,10 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
-        # rollout, pipelined (--pipeline-envs): this rank's envs are two fixed halves (envs.halves; one with
-        # --no-pipeline-envs). A half's step runs in the emulator threads while the policy acts on the other half, so
-        # stepping and acting overlap; every env still acts on its own newest frames with the same policy, so the data
-        # are those of a synchronous rollout (only the order of the policy's random draws differs).
+        # rollout, pipelined (--pipeline-envs on, or auto on a GPU): this rank's envs are two fixed halves
+        # (envs.halves; one group when off). A half's step runs in the emulator threads while the policy acts on the
+        # other half, so stepping and acting overlap; every env still acts on its own newest frames with the same
+        # policy, so the data are those of a synchronous rollout (only the order of the policy's random draws differs).
         episodes = []
         for step in range(args.num_steps):
             global_step += args.num_envs

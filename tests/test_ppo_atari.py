@@ -70,17 +70,17 @@ def test_both_env_backends_log_whole_games_and_record_training_and_evaluation_vi
 
 
 def test_a_pipelined_rollout_is_the_same_run_as_a_synchronous_one(workdir):
-    # The envs step in two halves (here of 3 and 2 envs), each while the policy acts on the other, or all together
-    # (--no-pipeline-envs). Each env acts on its own newest frames with the same policy either way, and the policy's
+    # The envs step in two halves (here of 3 and 2 envs), each while the policy acts on the other
+    # (--pipeline-envs on), or all together (off, auto's choice on the CPU). Each env acts on its own newest frames with the same policy either way, and the policy's
     # draws for the two halves come from the generator in the order of one draw for all the envs, so on the CPU with
     # one torch thread the two runs play the same games, logged at the same steps. The losses agree to float
     # rounding: the network's convolutions on 3 and 2 frames round differently from one on 5.
     runs = {}
-    for mode in ("--pipeline-envs", "--no-pipeline-envs"):
+    for mode in ("on", "off"):
         run_script("ppo_atari.py", "--num-envs", "5", "--num-steps", "64", "--num-minibatches", "2",
                    "--update-epochs", "1", "--total-timesteps", "1280", "--torch-threads", "1", "--eval-episodes", "0",
-                   mode, "--exp-name", mode.strip("-"), cwd=workdir, timeout=300)
-        run_dir = next(d for d in (workdir / "runs").iterdir() if d.name.split("__")[1] == mode.strip("-"))
+                   "--pipeline-envs", mode, "--exp-name", f"pipeline-{mode}", cwd=workdir, timeout=300)
+        run_dir = next(d for d in (workdir / "runs").iterdir() if d.name.split("__")[1] == f"pipeline-{mode}")
         runs[mode] = read_scalars(run_dir)
     pipelined, synchronous = runs.values()
     assert len(pipelined["charts/episodic_return"]) >= 3, "no game ended: the comparison misses the games"
