@@ -12,7 +12,8 @@ version, the budget of each row and the 1-minute load average before and after e
   passed explicitly (SPECS); SPS = its last `charts/SPS`, which the scripts measure after a warm-up that holds the
   compilation (on-policy: from the end of the first iteration; off-policy: from just after the first gradient update).
 - variants: `--variants compile compile+amp` runs `--compile` and `--compile --amp`: each variant is words joined by
-  `+`, each word a boolean flag of the scripts. `amp` applies to the CNN scripts only and `cudagraphs` to --cuda
+  `+`, each word a boolean flag of the scripts, or flag=value (`compile+pipeline-envs=off`: `--compile
+  --pipeline-envs off`, the ppo_atari scripts only). `amp` applies to the CNN scripts only and `cudagraphs` to --cuda
   runs only; elsewhere the cell says n/a. A run that fails (a script without the flag, a crash, --timeout) is
   reported with its exit code, error line and log, the table goes on, and the tool exits 1 at the end.
 - SB3: benchmark/throughput_sb3_helpers.py run by the python of a SEPARATE virtual environment (Stable-Baselines3 is
@@ -368,7 +369,8 @@ def budget(spec: dict, scale: float) -> tuple[int, str]:
 
 
 def variant_flags(variant: str) -> list[str]:
-    return [f"--{word}" for word in variant.split("+")]
+    """compile+amp -> --compile --amp; a word flag=value gives the flag its value (pipeline-envs=off)."""
+    return [part for word in variant.split("+") for part in (f"--{word}".split("=", 1))]
 
 
 def applies(variant: str, spec: dict, cuda: bool) -> Optional[str]:
@@ -378,6 +380,8 @@ def applies(variant: str, spec: dict, cuda: bool) -> Optional[str]:
         return "amp: CNN scripts only"
     if "cudagraphs" in words and not cuda:
         return "cudagraphs: CUDA only"
+    if any(word.startswith("pipeline-envs=") for word in words) and not spec["script"].startswith("ppo_atari"):
+        return "pipeline-envs: ppo_atari scripts only"
     return None
 
 
@@ -680,9 +684,11 @@ def check(args: Args) -> tuple[Optional[Path], Optional[tuple[Path, Path]]]:
         script = ROOT / "cleanrl" / SPECS[name]["script"]
         if not script.is_file():
             fail(f"--scripts {name} needs {script.relative_to(ROOT)}, which does not exist")
-    bad = [v for v in args.variants if not re.fullmatch(r"[a-z][a-z0-9-]*(\+[a-z][a-z0-9-]*)*", v)]
+    word = r"[a-z][a-z0-9-]*(=[a-z0-9.-]+)?"
+    bad = [v for v in args.variants if not re.fullmatch(rf"{word}(\+{word})*", v)]
     if bad:
-        fail(f"--variants {bad}: each is flag names without '--' joined by '+', like compile or compile+amp")
+        fail(f"--variants {bad}: each is flag names without '--' joined by '+', like compile or compile+amp "
+             "(or flag=value)")
     if "plain" in args.variants or len(set(args.variants)) != len(args.variants):
         fail("--variants must be distinct and must not include plain (the plain path always runs)")
     if args.rounds is not None and args.rounds < 1:

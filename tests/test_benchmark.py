@@ -411,14 +411,17 @@ def test_throughput_budgets_by_hand():
 
 
 def test_throughput_variants_apply_and_medians_by_hand():
-    from benchmark.throughput import applies, columns, markdown, summarize, variant_flags
+    from benchmark.throughput import SPECS, applies, columns, markdown, summarize, variant_flags
 
     assert variant_flags("compile+cudagraphs+amp") == ["--compile", "--cudagraphs", "--amp"]
+    assert variant_flags("cudagraphs+pipeline-envs=off") == ["--cudagraphs", "--pipeline-envs", "off"]
     cnn, mlp = dict(cnn=True), dict()
     assert applies("compile", mlp, cuda=False) is None
     assert applies("compile+amp", mlp, cuda=True) == "amp: CNN scripts only"
     assert applies("compile+amp", cnn, cuda=False) is None
     assert applies("compile+cudagraphs", cnn, cuda=False) == "cudagraphs: CUDA only"
+    assert applies("pipeline-envs=off", SPECS["ppo_atari"], cuda=True) is None
+    assert applies("pipeline-envs=off", SPECS["dqn_atari"], cuda=True) == "pipeline-envs: ppo_atari scripts only"
     runs = [dict(label=label, sps=sps, load_before=1.0, load_after=2.5) for label, sps in
             [("plain", 100), ("compile", 300), ("raw", 1000), ("plain", 300), ("compile", 500), ("raw", 3000), ("plain", 200)]]  # fmt: skip
     runs.append(dict(label="compile", error="exit 1", load_before=0.5, load_after=1.0))
@@ -550,7 +553,8 @@ def test_throughput_bad_input(tmp_path):
 
     assert bad("--scripts", "nope").startswith("error: unknown --scripts ['nope']; choose from ppo, ppo_continuous_action,")
     assert bad("--scripts", "ppo", "--variants", "Compile!") == (
-        "error: --variants ['Compile!']: each is flag names without '--' joined by '+', like compile or compile+amp"
+        "error: --variants ['Compile!']: each is flag names without '--' joined by '+', like compile or compile+amp "
+        "(or flag=value)"
     )
     assert bad("--scripts", "ppo", "--variants", "plain") == "error: --variants must be distinct and must not include plain (the plain path always runs)"
     assert bad("--scripts", "ppo", "--rounds", "0") == "error: --rounds must be at least 1, got 0"
