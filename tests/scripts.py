@@ -269,10 +269,11 @@ LIFE_PENDULUM_OFF = ONE_THREAD + (
     "--env-id", "Pendulum-v1", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "1000",
     "--eval-episodes", "1", "--no-progress")
 # ppo_atari.py: 2 envs x 32 steps = 64 steps an iteration, 1 epoch of 2 minibatches (the Nature CNN is slow on
-# 2 CPU cores); evaluation: a game cut at 400 frames
+# 2 CPU cores); evaluation: a game cut at 400 frames. Its rollout pipelined (--pipeline-envs on; auto is off on the
+# CPU), so a stop or kill lands in a pipelined rollout; ppo_atari_multigpu.py's rows keep auto (off here).
 LIFE_PPO_ATARI = ONE_THREAD + (
     "--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "1",
-    "--eval-max-frames", "400", "--no-progress")
+    "--eval-max-frames", "400", "--no-progress", "--pipeline-envs", "on")
 # dqn_atari.py, c51_atari.py: 400 steps, learning from step 101 with a gradient step every 4 steps (75 updates),
 # a 300-transition frame memory
 LIFE_ATARI_VALUE = ONE_THREAD + (
@@ -510,10 +511,10 @@ SCRIPTS = {s.name: s for s in [
         learning=Learning(("--env-id", "InvertedPendulum-v5", "--total-timesteps", "40960"), 1200, last=10,
                           at_least=500, first_below=50, needs="mujoco"),
     ),
-    # 2 envs x 32 steps = 64 steps an iteration, 2 iterations (no Breakout game ends that soon)
+    # 2 envs x 32 steps = 64 steps an iteration, 2 iterations (no Breakout game ends that soon); pipelined halves
     Script(
         "ppo_atari.py", ONE_THREAD + ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2",
-                                      "--update-epochs", "1", "--total-timesteps", "128"),
+                                      "--update-epochs", "1", "--total-timesteps", "128", "--pipeline-envs", "on"),
         PPO_LOSSES, (64, 128), family="ppo", action_copy=ROLLOUT_COPY, episodes=False, needs="atari",
         eval_args=ATARI_EVAL, other={"charts/SPS": (128,)},
         tracked=False,  # tests/test_ppo_atari.py checks the video of both env backends
