@@ -12,10 +12,19 @@ it, the same in every attempt of a job), the job's folder is s3://BUCKET/PREFIX/
 3. SIGTERM or SIGINT (a Spot reclaim, `docker stop`) is passed on to the command, which checkpoints and exits; then
    a last upload, and this process exits with the command's status (128 + the signal's number if the command,
    e.g. torchrun, ended otherwise after the signal), so Batch retries the job (its rule for exit code 143).
+4. a finished run (the command exited 0) whose last upload went through gets a completion marker,
+   s3://BUCKET/PREFIX/JOB_ID/cleanrl-complete.json (exit status, time, command): the job's results are all there.
 Without CLEANRL_RUNS_S3 the command just runs. Of a multi-node job only the main node syncs (it holds runs/).
+
+Every S3 call has a timeout (CLEANRL_S3_TIMEOUT_SECONDS, default 60, for connecting and for each read) and botocore's
+bounded retries with exponential backoff (3 retries after the first attempt); the last upload is tried FINAL_TRIES times, waiting
+CLEANRL_S3_RETRY_SECONDS (default 10) and then 3 times as long between tries. When S3 cannot be reached at the
+restore, or the last upload still fails, this process exits S3_FAILED (75, "temporary failure"), for which the job
+definitions' retry rules start another attempt (which restores what did reach S3 and resumes).
 The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in the tests).
 """
 
+import json
 import os
 import re
 import shutil
@@ -24,10 +33,24 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
 FOLDERS = ("runs", "videos")  # what the scripts write, relative to the working directory
+MARKER = "cleanrl-complete.json"  # beside them in the job's folder: the run finished and all of it was uploaded
+S3_FAILED = 75  # exit status when S3 could not be read or written: the job definitions retry it (BSD's EX_TEMPFAIL)
+FINAL_TRIES = 3  # tries of the last upload
+
+
+def positive_seconds(name: str, default: str) -> float:
+    value = os.environ.get(name, default)
+    try:
+        seconds = float(value)
+        assert seconds > 0
+    except (ValueError, AssertionError):
+        fail(f"{name} must be a positive number of seconds, got {value!r}")
+    return seconds
 
 
 def fail(message: str):
@@ -55,10 +78,13 @@ def job_folder(prefix: str, job_id: str) -> str:
 class Sync:
     """Uploads of runs/ and videos/ to one S3 folder; a file goes up again only when its size or mtime changed."""
 
-    def __init__(self, bucket: str, folder: str):
+    def __init__(self, bucket: str, folder: str, timeout: float):
         import boto3
+        from botocore.config import Config
 
-        self.s3, self.bucket, self.folder = boto3.client("s3"), bucket, folder
+        # without timeouts a call to an endpoint that accepts and never answers waits for ever
+        config = Config(connect_timeout=timeout, read_timeout=timeout, retries={"mode": "standard", "max_attempts": 3})
+        self.s3, self.bucket, self.folder = boto3.client("s3", config=config), bucket, folder
         self.sent: dict[str, tuple[int, int]] = {}
         self.lock = threading.Lock()
 
@@ -68,6 +94,8 @@ class Sync:
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.folder):
             for obj in page.get("Contents", []):
                 relative = obj["Key"][len(self.folder):]
+                if relative == MARKER:
+                    continue
                 parts = Path(relative).parts
                 if not parts or parts[0] not in FOLDERS or ".." in parts or Path(relative).is_absolute():
                     fail(f"s3://{self.bucket}/{obj['Key']} is not a file of {' or '.join(FOLDERS)}/; not restoring it")
@@ -105,6 +133,11 @@ class Sync:
                     count += 1
         return count
 
+    def mark_complete(self, status: int, command: list[str]) -> None:
+        body = json.dumps({"exit_status": status, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "command": command})
+        self.s3.put_object(Bucket=self.bucket, Key=self.folder + MARKER, Body=body.encode())
+
 
 def wandb_run_id() -> Optional[str]:
     """The W&B run id of an AWS Batch job: its job id, which every attempt (a retry after a Spot reclaim) keeps, so
@@ -120,25 +153,23 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
-    interval = os.environ.get("CLEANRL_SYNC_SECONDS", "300")
-    try:
-        interval_s = float(interval)
-        assert interval_s > 0
-    except (ValueError, AssertionError):
-        fail(f"CLEANRL_SYNC_SECONDS must be a positive number of seconds, got {interval!r}")
+    interval_s = positive_seconds("CLEANRL_SYNC_SECONDS", "300")
+    timeout_s = positive_seconds("CLEANRL_S3_TIMEOUT_SECONDS", "60")
+    retry_s = positive_seconds("CLEANRL_S3_RETRY_SECONDS", "10")
     url = os.environ.get("CLEANRL_RUNS_S3", "")
     main_node = os.environ.get("AWS_BATCH_JOB_NODE_INDEX", "0") == os.environ.get("AWS_BATCH_JOB_MAIN_NODE_INDEX", "0")
     sync: Optional[Sync] = None
     if url and main_node:
         bucket, prefix = split_s3_url(url)
         job_id = os.environ.get("AWS_BATCH_JOB_ID") or fail("CLEANRL_RUNS_S3 is set but AWS_BATCH_JOB_ID is not")
-        sync = Sync(bucket, job_folder(prefix, job_id))
+        sync = Sync(bucket, job_folder(prefix, job_id), timeout_s)
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             restored = sync.restore()
         except (BotoCoreError, ClientError) as e:
-            fail(f"cannot read s3://{bucket}/{sync.folder}: {e}")
+            sys.stderr.write(f"error: cannot read s3://{bucket}/{sync.folder} (exit {S3_FAILED}, retried): {e}\n")
+            return S3_FAILED
         say(f"s3://{bucket}/{sync.folder}: " + (f"restored {restored} files of an earlier attempt" if restored
                                                 else "nothing to restore, a first attempt"))
     elif not url:
@@ -177,12 +208,28 @@ def main(argv: list[str]) -> int:
         status = 128 + received[0]
     if sync is not None:
         thread.join()
+        return last_upload(sync, status, argv, retry_s)
+    return status
+
+
+def last_upload(sync: Sync, status: int, command: list[str], retry_s: float) -> int:
+    """Upload what is left, FINAL_TRIES times at most; then the completion marker of a finished run. The command's
+    status, or S3_FAILED when the results could not all be saved (the job must not look successful)."""
+    for attempt in range(1, FINAL_TRIES + 1):
         try:
             say(f"uploaded {sync.upload()} files to s3://{sync.bucket}/{sync.folder}")
-        except Exception as e:  # noqa: BLE001 - said in one line; the job must not look successful
-            say(f"error: the last upload failed: {e}")
-            return status or 1
-    return status
+            if status == 0:
+                sync.mark_complete(status, command)
+            return status
+        except Exception as e:  # noqa: BLE001 - said in one line, then tried again
+            if attempt == FINAL_TRIES:
+                sys.stderr.write(f"error: the last upload to s3://{sync.bucket}/{sync.folder} failed {FINAL_TRIES} "
+                                 f"times (exit {S3_FAILED}, retried): {e}\n")
+                return S3_FAILED
+            wait = retry_s * 3 ** (attempt - 1)
+            say(f"the last upload failed (try {attempt} of {FINAL_TRIES}), trying again in {wait:g} s: {e}")
+            time.sleep(wait)
+    return S3_FAILED
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ locals {
   ]
 
   # A Spot reclaim ends the attempt with a status reason starting "Host EC2"; a run stopped by SIGTERM exits 143
-  # (cloud/durable.py passes the signal on, the script checkpoints). Both are retried, and the next attempt resumes
+  # (cloud/durable.py passes the signal on, the script checkpoints); cloud/durable.py exits 75 when S3 could not be
+  # read at the start or the last upload failed (the results are not all saved). All three are retried, and the next attempt resumes
   # from the checkpoint in S3; any other failure is not retried. (Batch never retries a job stopped with
   # terminate-job or cancel-job, whatever its exit code.)
   retry_strategy = {
@@ -34,6 +35,7 @@ locals {
     evaluate_on_exit = [
       { on_status_reason = "Host EC2*", action = "RETRY" },
       { on_exit_code = "143", action = "RETRY" },
+      { on_exit_code = "75", action = "RETRY" },
       { on_reason = "*", action = "EXIT" },
     ]
   }

@@ -15,6 +15,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -319,9 +320,10 @@ def test_example_job_definitions_embed_the_job_commands():
     ]
     assert {"envId", "totalTimesteps"} <= set(ppo["parameters"])
     for definition in (single, ppo):
-        assert definition["retryStrategy"]["evaluateOnExit"][:2] == [
+        assert definition["retryStrategy"]["evaluateOnExit"][:3] == [
             {"onStatusReason": "Host EC2*", "action": "RETRY"},
             {"onExitCode": "143", "action": "RETRY"},
+            {"onExitCode": "75", "action": "RETRY"},
         ]
         environment = {e["name"]: e["value"] for e in definition["containerProperties"]["environment"]}
         assert environment["CLEANRL_RUNS_S3"] == "s3://cleanrl-runs-111122223333-us-east-1/runs"
@@ -429,6 +431,8 @@ def test_spot_interruption_resumes_from_s3_and_equals_an_uninterrupted_run(moto,
     resumed = single_run_dir(second)
     assert resumed.name == run_dir.name and load(resumed / "checkpoint.pt")["finished"]
     final = s3_files(moto, bucket, folder)
+    # the finished run's files, and the marker that says it finished and all of it was uploaded
+    assert json.loads(final.pop("cleanrl-complete.json"))["exit_status"] == 0
     assert final == {p.relative_to(second).as_posix(): p.read_bytes() for p in second.rglob("*") if p.is_file()}
     assert f"runs/{run_dir.name}/ppo.cleanrl_model" in final
 
@@ -525,6 +529,171 @@ def test_durable_bad_input_fails_in_one_line(tmp_path):
         [sys.executable, script, "--", "sh", "-c", "exit 7"], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 7 and "CLEANRL_RUNS_S3 is not set" in proc.stderr
+
+
+class SilentEndpoint:
+    """A TCP port on 127.0.0.1 that accepts connections and never answers (an S3 endpoint that hangs)."""
+
+    def __enter__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.endpoint, self.held = f"http://127.0.0.1:{self.sock.getsockname()[1]}", []
+
+        def accept():
+            while True:
+                try:
+                    self.held.append(self.sock.accept()[0])
+                except OSError:
+                    return
+        threading.Thread(target=accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_durable_gives_up_on_an_endpoint_that_never_answers_in_bounded_time(tmp_path):
+    # The restore at the start lists the job's folder: each attempt times out (CLEANRL_S3_TIMEOUT_SECONDS), botocore
+    # retries 3 times, then the job exits 75, which the job definitions retry; the command never starts.
+    with SilentEndpoint() as silent:
+        env = aws_env(silent.endpoint, AWS_BATCH_JOB_ID="job-1", CLEANRL_RUNS_S3="s3://hung/runs",
+                      CLEANRL_S3_TIMEOUT_SECONDS="1")
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, str(CLOUD / "durable.py"), "--", "touch", "ran"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 75, proc.stderr
+    assert len(errors) == 1 and errors[0].startswith("error: cannot read s3://hung/runs/job-1/ (exit 75, retried): ")
+    assert "timeout" in errors[0].lower() and "Traceback" not in proc.stderr
+    assert took < 40, f"{took:.0f} s: the timeouts did not bound the restore"
+    assert not (tmp_path / "ran").exists()
+
+
+class FlakyS3:
+    """A proxy on 127.0.0.1 in front of the moto server that answers the first `failures` PUT requests with S3's
+    500 InternalError and forwards everything else."""
+
+    def __init__(self, target: str, failures: int):
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+        self.failures, self.failed, self.puts = failures, 0, 0
+        target_port = int(target.rsplit(":", 1)[1])
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        chunk = self.rfile.read(size + 2)[:size]
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass  # trailers
+                            return b"".join(chunks)
+                        chunks.append(chunk)
+                return self.rfile.read(int(self.headers.get("Content-Length", 0)))
+
+            def reply(self, status: int, headers: list, body: bytes) -> None:
+                self.send_response(status)
+                for name, value in headers:
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def forward(self):
+                body = self.body()
+                if self.command == "PUT":
+                    proxy.puts += 1
+                    if proxy.failed < proxy.failures:
+                        proxy.failed += 1
+                        error = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
+                        return self.reply(500, [("Content-Type", "application/xml")], error)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    headers["Content-Length"] = str(len(body))
+                upstream = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
+                upstream.request(self.command, self.path, body=body, headers=headers)
+                response = upstream.getresponse()
+                self.reply(response.status, response.getheaders(), response.read())
+                upstream.close()
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def durable_through(proxy: FlakyS3, bucket: str, job_id: str, command: list[str], cwd: Path):
+    cwd.mkdir()
+    env = aws_env(proxy.endpoint, AWS_BATCH_JOB_ID=job_id, CLEANRL_RUNS_S3=f"s3://{bucket}/runs",
+                  CLEANRL_SYNC_SECONDS="3600", CLEANRL_S3_TIMEOUT_SECONDS="10", CLEANRL_S3_RETRY_SECONDS="0.2")
+    return subprocess.run([sys.executable, str(CLOUD / "durable.py"), "--", *command], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_durable_tries_the_last_upload_again_and_marks_a_finished_run(moto, tmp_path):
+    bucket, s3 = "flaky-runs", boto(moto, "s3")
+    s3.create_bucket(Bucket=bucket)
+    write = [sys.executable, "-c", "import os; os.makedirs('runs/r'); open('runs/r/result.txt', 'w').write('42')"]
+    # 8 failed PUTs: botocore's 4 attempts (3 retries) in each of the first two tries of the last upload; the third
+    # try goes through
+    proxy = FlakyS3(moto.endpoint, failures=8)
+    try:
+        proc = durable_through(proxy, bucket, "job-ok", write, tmp_path / "ok")
+    finally:
+        proxy.close()
+    assert proc.returncode == 0, proc.stderr
+    assert "the last upload failed (try 1 of 3)" in proc.stderr and "the last upload failed (try 2 of 3)" in proc.stderr
+    assert "uploaded 1 files to s3://flaky-runs/runs/job-ok/" in proc.stderr and proxy.failed == 8
+    assert s3.get_object(Bucket=bucket, Key="runs/job-ok/runs/r/result.txt")["Body"].read() == b"42"
+    marker = json.loads(s3.get_object(Bucket=bucket, Key="runs/job-ok/cleanrl-complete.json")["Body"].read())
+    assert marker["exit_status"] == 0 and marker["command"] == write
+    # a retried attempt restores the results but not the marker, which is not a file of runs/ or videos/
+    again = durable_through(FlakyS3(moto.endpoint, failures=0), bucket, "job-ok", ["true"], tmp_path / "again")
+    assert again.returncode == 0 and "restored 1 files of an earlier attempt" in again.stderr, again.stderr
+
+    # an upload that keeps failing: exit 75 (retried by the job definitions), one error line, no marker
+    proxy = FlakyS3(moto.endpoint, failures=10**6)
+    try:
+        proc = durable_through(proxy, bucket, "job-lost", write, tmp_path / "lost")
+    finally:
+        proxy.close()
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 75 and len(errors) == 1, proc.stderr
+    assert errors[0].startswith("error: the last upload to s3://flaky-runs/runs/job-lost/ failed 3 times (exit 75")
+    assert "cleanrl-complete.json" not in str(s3.list_objects_v2(Bucket=bucket, Prefix="runs/job-lost/"))
+    # a command that failed uploads what it left, but its run is not marked finished
+    proxy = FlakyS3(moto.endpoint, failures=0)
+    try:
+        proc = durable_through(proxy, bucket, "job-failed", write[:2] + [write[2] + "; raise SystemExit(3)"],
+                               tmp_path / "failed")
+    finally:
+        proxy.close()
+    assert proc.returncode == 3, proc.stderr
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="runs/job-failed/")["Contents"]]
+    assert keys == ["runs/job-failed/runs/r/result.txt"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1245,7 +1414,8 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     retry = single["retryStrategy"]["evaluateOnExit"]  # the provider sends the action lower-cased
     assert retry[0]["onStatusReason"] == "Host EC2*" and retry[0]["action"].upper() == "RETRY"
     assert retry[1]["onExitCode"] == "143" and retry[1]["action"].upper() == "RETRY"
-    assert retry[2]["onReason"] == "*" and retry[2]["action"].upper() == "EXIT"
+    assert retry[2]["onExitCode"] == "75" and retry[2]["action"].upper() == "RETRY"
+    assert retry[3]["onReason"] == "*" and retry[3]["action"].upper() == "EXIT"
     assert props["jobRoleArn"].endswith(":role/tftest-job")
     assert props["executionRoleArn"].endswith(":role/tftest-execution")
     assert props["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": tf_env["secret"]}]
