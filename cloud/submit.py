@@ -42,6 +42,7 @@ JOB_DEFINITION_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")  # docker tag grammar
 ARRAY_SIZE_MIN, ARRAY_SIZE_MAX = 2, 10000  # ArrayProperties.size
 MAX_DESCRIBE_IDS = 100  # DescribeJobs takes at most 100 job ids per call
+MAX_LIST_RESULTS = 100  # ListJobs returns at most 100 jobs per call; the rest come with nextToken
 MIN_TIMEOUT_SECONDS = 60  # JobTimeout.attemptDurationSeconds
 STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
 TERMINAL = ("SUCCEEDED", "FAILED")
@@ -555,21 +556,28 @@ def describe(batch, job_ids: list[str]) -> list[dict]:
     return jobs
 
 
+def job_summaries(batch, statuses, **where) -> list[dict]:
+    """ListJobs of every status in `statuses`, every page (the API returns at most 100 jobs a call)."""
+    summaries = []
+    for status in statuses:
+        token = None
+        while True:
+            page = batch.list_jobs(**where, jobStatus=status, maxResults=MAX_LIST_RESULTS,
+                                   **({"nextToken": token} if token else {}))
+            summaries.extend(page["jobSummaryList"])
+            token = page.get("nextToken")
+            if not token:
+                break
+    return summaries
+
+
 def list_jobs(args: List) -> list[dict]:
     bad = [s for s in args.statuses if s not in STATUSES]
     if bad:
         fail(f"unknown status {bad[0]!r}; choose from {', '.join(STATUSES)}")
     batch = client(args, "batch")
     where = {"arrayJobId": args.array_job_id} if args.array_job_id else {"jobQueue": args.job_queue}
-    summaries = []
-    for status in args.statuses:
-        token = None
-        while True:
-            page = batch.list_jobs(**where, jobStatus=status, **({"nextToken": token} if token else {}))
-            summaries.extend(page["jobSummaryList"])
-            token = page.get("nextToken")
-            if not token:
-                break
+    summaries = job_summaries(batch, args.statuses, **where)
     for job in summaries:
         print(f"{job['jobId']}\t{job['status']}\t{job['jobName']}")
     return summaries
@@ -649,11 +657,7 @@ def logs(args: Logs) -> list[tuple[str, str, str]]:
     for job in jobs:
         # An array parent has no container of its own: its children (id:index) do. So do the nodes (id#node).
         if "arrayProperties" in job and "index" not in job["arrayProperties"]:
-            children = [
-                c["jobId"]
-                for s in STATUSES
-                for c in batch.list_jobs(arrayJobId=job["jobId"], jobStatus=s)["jobSummaryList"]
-            ]
+            children = [c["jobId"] for c in job_summaries(batch, STATUSES, arrayJobId=job["jobId"])]
             parts = describe(batch, sorted(children))
         elif "nodeProperties" in job and "nodeIndex" not in job.get("nodeDetails", {}):
             n = job["nodeProperties"].get("numNodes", 0)
