@@ -1,5 +1,5 @@
 # The bucket the jobs keep their runs/ in: s3://BUCKET/runs/JOB_ID/runs/... (cloud/durable.py). Encrypted at rest,
-# versioned (a checkpoint overwritten by a broken upload can be recovered), never public; older versions and
+# versioned (a checkpoint overwritten by a broken upload can be recovered), never public, reached over TLS only; older versions and
 # unfinished multipart uploads are deleted after a while.
 data "aws_caller_identity" "current" {}
 
@@ -35,6 +35,31 @@ resource "aws_s3_bucket_public_access_block" "runs" {
   block_public_policy     = true
   ignore_public_acls      = true
   restrict_public_buckets = true
+}
+
+# Requests over plain HTTP are refused, whoever makes them: every read and write of runs goes over TLS.
+data "aws_iam_policy_document" "runs_tls_only" {
+  statement {
+    sid       = "TLSOnly"
+    effect    = "Deny"
+    actions   = ["s3:*"]
+    resources = [aws_s3_bucket.runs.arn, "${aws_s3_bucket.runs.arn}/*"]
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_s3_bucket_policy" "runs" {
+  bucket     = aws_s3_bucket.runs.id
+  policy     = data.aws_iam_policy_document.runs_tls_only.json
+  depends_on = [aws_s3_bucket_public_access_block.runs]
 }
 
 resource "aws_s3_bucket_lifecycle_configuration" "runs" {

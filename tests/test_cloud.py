@@ -126,6 +126,7 @@ def cli_infra(moto, tmp_path_factory, tf_background):
         f.write_text(text)
     proc = run_cli_file(moto, "setup.sh", work)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_tls_only(boto(moto, "s3"), "cleanrl-runs-123456789012-us-east-1")
     state = {"work": work, "torn_down": False, **net}
     yield state
     if not state["torn_down"]:
@@ -529,6 +530,15 @@ def test_durable_bad_input_fails_in_one_line(tmp_path):
         [sys.executable, script, "--", "sh", "-c", "exit 7"], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 7 and "CLEANRL_RUNS_S3 is not set" in proc.stderr
+
+
+def assert_tls_only(s3, bucket: str) -> None:
+    """The bucket's policy denies every request made without TLS (moto stores the policy but does not enforce it)."""
+    (statement,) = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Action"] in ("s3:*", ["s3:*"])
+    assert statement["Principal"] in ("*", {"AWS": "*"})
+    assert sorted(statement["Resource"]) == [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]
+    assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
 
 class SilentEndpoint:
@@ -1396,6 +1406,7 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     assert set(s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"].values()) == {True}
     (lifecycle,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
+    assert_tls_only(s3, bucket)
     iam = boto(moto, "iam")
     policy = iam.get_role_policy(RoleName="tftest-job", PolicyName="runs-bucket")["PolicyDocument"]
     resources = set()

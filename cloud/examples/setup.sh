@@ -13,7 +13,7 @@ aws iam create-role --role-name cleanrl-batch-instance --assume-role-policy-docu
 aws iam attach-role-policy --role-name cleanrl-batch-instance --policy-arn arn:aws:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role
 aws iam create-instance-profile --instance-profile-name cleanrl-batch-instance
 aws iam add-role-to-instance-profile --instance-profile-name cleanrl-batch-instance --role-name cleanrl-batch-instance
-# the runs bucket: encrypted, versioned, never public, old versions deleted after 7 days
+# the runs bucket: encrypted, versioned, never public, old versions deleted after 7 days, TLS only
 if [ "${REGION}" = us-east-1 ]; then
   aws s3api create-bucket --bucket "${BUCKET}"
 else
@@ -23,6 +23,7 @@ aws s3api put-bucket-encryption --bucket "${BUCKET}" --server-side-encryption-co
 aws s3api put-bucket-versioning --bucket "${BUCKET}" --versioning-configuration Status=Enabled
 aws s3api put-public-access-block --bucket "${BUCKET}" --public-access-block-configuration BlockPublicAcls=true,IgnorePublicAcls=true,BlockPublicPolicy=true,RestrictPublicBuckets=true
 aws s3api put-bucket-lifecycle-configuration --bucket "${BUCKET}" --lifecycle-configuration file://cloud/examples/bucket_lifecycle.json
+aws s3api put-bucket-policy --bucket "${BUCKET}" --policy "{\"Version\": \"2012-10-17\", \"Statement\": [{\"Sid\": \"TLSOnly\", \"Effect\": \"Deny\", \"Principal\": \"*\", \"Action\": \"s3:*\", \"Resource\": [\"arn:aws:s3:::${BUCKET}\", \"arn:aws:s3:::${BUCKET}/*\"], \"Condition\": {\"Bool\": {\"aws:SecureTransport\": \"false\"}}}]}"
 # the job role (the runs bucket's runs/ prefix only) and the execution role (image, logs, a W&B secret)
 aws iam create-role --role-name cleanrl-job --assume-role-policy-document file://cloud/examples/trust_ecs_tasks.json
 aws iam put-role-policy --role-name cleanrl-job --policy-name runs-bucket --policy-document file://cloud/examples/job_role_policy.json
