@@ -64,7 +64,8 @@ resource "aws_batch_job_definition" "single" {
       { type = "VCPU", value = tostring(var.job_vcpus) },
       { type = "MEMORY", value = tostring(var.job_memory_mib) },
     ]
-    environment = local.environment
+    environment     = local.environment
+    linuxParameters = { sharedMemorySize = var.job_shared_memory_mib }
   }))
 
   retry_strategy {

@@ -152,6 +152,12 @@ variable "multinode_memory_mib_per_gpu" {
   default     = 28000
 }
 
+variable "job_shared_memory_mib" {
+  description = "Size of /dev/shm of a single-container job in MiB: several local ranks under torchrun (--nproc-per-node > 1) exchange data through it with NCCL, which Docker's default of 64 MiB breaks. It counts toward the job's memory while used."
+  type        = number
+  default     = 2048
+}
+
 variable "multinode_shared_memory_mib" {
   description = "Size of /dev/shm of each node's container in MiB (Docker's default of 64 MiB breaks NCCL with several local ranks)."
   type        = number

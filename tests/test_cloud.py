@@ -1423,6 +1423,10 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
         props["command"] == json.loads((EXAMPLES / "job_definition.json").read_text())["containerProperties"]["command"]
     )
     assert props["logConfiguration"]["options"]["awslogs-group"] == "/aws/batch/tftest"
+    # several local ranks under torchrun need more /dev/shm than Docker's 64 MiB (NCCL)
+    assert props["linuxParameters"]["sharedMemorySize"] == 2048
+    assert json.loads((EXAMPLES / "job_definition.json").read_text())["containerProperties"]["linuxParameters"] == {
+        "sharedMemorySize": 2048}
     assert single["parameters"] == json.loads((EXAMPLES / "job_definition.json").read_text())["parameters"]
     retry = single["retryStrategy"]["evaluateOnExit"]  # the provider sends the action lower-cased
     assert retry[0]["onStatusReason"] == "Host EC2*" and retry[0]["action"].upper() == "RETRY"
