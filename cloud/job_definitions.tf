@@ -27,8 +27,10 @@ locals {
 
   # A Spot reclaim ends the attempt with a status reason starting "Host EC2"; a run stopped by SIGTERM exits 143
   # (cloud/durable.py passes the signal on, the script checkpoints); cloud/durable.py exits 75 when S3 could not be
-  # read at the start or the last upload failed (the results are not all saved). All three are retried, and the next attempt resumes
-  # from the checkpoint in S3; any other failure is not retried. (Batch never retries a job stopped with
+  # read at the start or the last upload failed (the results are not all saved); a container that could not start
+  # (its image not pulled, say: CannotPullContainerError) ends with "Task failed to start". All four are retried
+  # (Batch takes at most 5 rules), and the next attempt resumes from the checkpoint in S3; any other failure is not
+  # retried. (Batch never retries a job stopped with
   # terminate-job or cancel-job, whatever its exit code.)
   retry_strategy = {
     attempts = var.job_attempts
@@ -36,6 +38,7 @@ locals {
       { on_status_reason = "Host EC2*", action = "RETRY" },
       { on_exit_code = "143", action = "RETRY" },
       { on_exit_code = "75", action = "RETRY" },
+      { on_status_reason = "Task failed to start", action = "RETRY" },
       { on_reason = "*", action = "EXIT" },
     ]
   }

@@ -207,7 +207,7 @@ variable "wandb_secret_arn" {
 }
 
 variable "job_attempts" {
-  description = "Attempts of a job; a Spot reclaim (status reason 'Host EC2*'), a run stopped by SIGTERM (exit code 143) and a run whose S3 transfers failed (exit code 75) are retried, any other failure is not."
+  description = "Attempts of a job; a Spot reclaim (status reason 'Host EC2*'), a run stopped by SIGTERM (exit code 143), a run whose S3 transfers failed (exit code 75) and a container that failed to start (status reason 'Task failed to start', e.g. an image pull error) are retried, any other failure is not."
   type        = number
   default     = 3
   validation {

@@ -321,10 +321,11 @@ def test_example_job_definitions_embed_the_job_commands():
     ]
     assert {"envId", "totalTimesteps"} <= set(ppo["parameters"])
     for definition in (single, ppo):
-        assert definition["retryStrategy"]["evaluateOnExit"][:3] == [
+        assert definition["retryStrategy"]["evaluateOnExit"][:4] == [
             {"onStatusReason": "Host EC2*", "action": "RETRY"},
             {"onExitCode": "143", "action": "RETRY"},
             {"onExitCode": "75", "action": "RETRY"},
+            {"onStatusReason": "Task failed to start", "action": "RETRY"},
         ]
         environment = {e["name"]: e["value"] for e in definition["containerProperties"]["environment"]}
         assert environment["CLEANRL_RUNS_S3"] == "s3://cleanrl-runs-111122223333-us-east-1/runs"
@@ -1432,7 +1433,8 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     assert retry[0]["onStatusReason"] == "Host EC2*" and retry[0]["action"].upper() == "RETRY"
     assert retry[1]["onExitCode"] == "143" and retry[1]["action"].upper() == "RETRY"
     assert retry[2]["onExitCode"] == "75" and retry[2]["action"].upper() == "RETRY"
-    assert retry[3]["onReason"] == "*" and retry[3]["action"].upper() == "EXIT"
+    assert retry[3]["onStatusReason"] == "Task failed to start" and retry[3]["action"].upper() == "RETRY"
+    assert retry[4]["onReason"] == "*" and retry[4]["action"].upper() == "EXIT" and len(retry) == 5
     assert props["jobRoleArn"].endswith(":role/tftest-job")
     assert props["executionRoleArn"].endswith(":role/tftest-execution")
     assert props["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": tf_env["secret"]}]
