@@ -17,10 +17,10 @@ it, the same in every attempt of a job), the job's folder is s3://BUCKET/PREFIX/
 Without CLEANRL_RUNS_S3 the command just runs. Of a multi-node job only the main node syncs (it holds runs/).
 
 Every S3 call has a timeout (CLEANRL_S3_TIMEOUT_SECONDS, default 60, for connecting and for each read) and botocore's
-bounded retries with exponential backoff (3 retries after the first attempt); the last upload is tried FINAL_TRIES times, waiting
-CLEANRL_S3_RETRY_SECONDS (default 10) and then 3 times as long between tries. When S3 cannot be reached at the
-restore, or the last upload still fails, this process exits S3_FAILED (75, "temporary failure"), for which the job
-definitions' retry rules start another attempt (which restores what did reach S3 and resumes).
+bounded retries with exponential backoff (3 retries after the first attempt); the last upload is tried FINAL_TRIES
+times, waiting CLEANRL_S3_RETRY_SECONDS (default 10) and then 3 times as long between tries. When S3 cannot be
+reached at the restore, or the last upload still fails, this process exits S3_FAILED (75, "temporary failure"), for
+which the job definitions' retry rules start another attempt (which restores what did reach S3 and resumes).
 The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in the tests).
 """
 
