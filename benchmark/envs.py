@@ -103,7 +103,7 @@ class Args:
 
 
 class Halves:
-    """An env of fixed groups that step on their own (EnvGroups or RawGroups): its halves in turn, as the Atari
+    """An env of fixed groups that step on their own (environments.EnvGroups): its halves in turn, as the Atari
     scripts' pipelined rollout steps them; with one group, the synchronous rollout (send, then recv)."""
 
     def __init__(self, envs, seed: int):
@@ -126,48 +126,13 @@ class Halves:
         self.envs.close()
 
 
-class RawGroups:
-    """ale-py's bare AtariVectorEnv, one per group, with EnvGroups' send/recv/halves: the ceiling for ale-vector.
-    Built as make_atari_envs builds its groups (sizes, thread split, settings), without its wrappers."""
-
-    def __init__(self, env_id: str, num_envs: int, groups: int, threads: int):
-        from ale_py.vector_env import AtariVectorEnv
-
-        settings = environments.atari_emulator_settings(env_id)
-        sizes = [num_envs // groups + (g < num_envs % groups) for g in range(groups)]
-        ends = np.cumsum(sizes).tolist()
-        self.halves = [slice(end - size, end) for size, end in zip(sizes, ends)]
-        # the thread split of make_atari_envs: threads in all, each group at least one and no more than its envs
-        self.groups = [AtariVectorEnv(
-            settings["game"], size, repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"],
-            max_num_frames_per_episode=settings["max_num_frames_per_episode"],
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, img_height=84, img_width=84, grayscale=True,
-            stack_num=4, frameskip=4, maxpool=True, noop_max=30, use_fire_reset=True, episodic_life=False,
-            life_loss_info=False, reward_clipping=False, num_threads=min(size, max(1, threads // groups)))
-            for size in sizes]
-        self.sent = deque()
-        self.single_action_space = self.groups[0].single_action_space
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.sent)
-
-    def reset(self, seed: int):
-        # env i gets seed + i whatever its group, as EnvGroups seeds them
-        return np.concatenate([g.reset(seed=seed + half.start)[0] for g, half in zip(self.groups, self.halves)]), {}
-
-    def send(self, actions: np.ndarray, group: int) -> None:
-        self.groups[group].send(actions)
-        self.sent.append(group)
-
-    def recv(self):
-        group = self.sent.popleft()
-        return (self.halves[group],) + tuple(self.groups[group].recv())
-
-    def close(self) -> None:
-        for g in self.groups:
-            g.close()
+def raw_groups(env_id: str, num_envs: int, groups: int, threads: int):
+    """ale-py's bare AtariVectorEnv, one per group, in EnvGroups (its send/recv/halves): the ceiling for ale-vector,
+    built as make_atari_envs builds its groups (sizes, thread split, settings) but without its wrappers."""
+    settings = environments.atari_emulator_settings(env_id)
+    sizes = environments.group_sizes(num_envs, groups)
+    return environments.EnvGroups([environments.ale_vector_env(settings, size, threads // len(sizes))
+                                   for size in sizes])
 
 
 class EnvpoolBatches:
@@ -227,7 +192,7 @@ def build(cell: dict, env_id: str, kind: str, settings: Optional[dict], seed: in
         envs = environments.make_atari_envs(env_id, num_envs, "ale-vector", groups=groups, threads=threads)
         return Halves(envs, seed)
     if backend == "raw":
-        return Halves(RawGroups(env_id, num_envs, groups, threads), seed)
+        return Halves(raw_groups(env_id, num_envs, groups, threads), seed)
     if backend == "gymnasium" and kind == "atari":
         return Halves(environments.make_atari_envs(env_id, num_envs, "gymnasium"), seed)
     if backend == "gymnasium":

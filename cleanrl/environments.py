@@ -278,6 +278,8 @@ class EnvGroups(gym.vector.VectorEnv):
     def reset(self, *, seed=None, options=None):
         while self.sent:  # a group still stepping finishes first
             self.recv()
+        if len(self.groups) == 1:
+            return self.groups[0].reset(seed=seed, options=options)
         results = [group.reset(seed=None if seed is None else seed + half.start, options=options)
                    for group, half in zip(self.groups, self.halves)]
         return (np.concatenate([obs for obs, _ in results]),
@@ -296,6 +298,8 @@ class EnvGroups(gym.vector.VectorEnv):
         return (self.halves[group],) + tuple(self.groups[group].recv())
 
     def step(self, actions):
+        if len(self.groups) == 1:  # nothing to join
+            return self.groups[0].step(actions)
         actions = np.asarray(actions)
         for g, half in enumerate(self.halves):
             self.send(actions[half], g)
@@ -347,6 +351,28 @@ def atari_engine(num_envs: int, backend: str, env_threads: int, pipeline: str, d
     return dict(groups=groups, threads=threads)
 
 
+def group_sizes(num_envs: int, groups: int) -> list[int]:
+    """The sizes of `groups` groups of `num_envs` envs (at most one group per env), the first ones larger by one."""
+    groups = min(groups, num_envs)
+    return [num_envs // groups + (g < num_envs % groups) for g in range(groups)]
+
+
+def ale_vector_env(settings: dict, num_envs: int, threads: int, noop_max: int = 30,
+                   max_frames: Optional[int] = None):
+    """ale-py's bare AtariVectorEnv of `num_envs` games with the preprocessing of make_atari_envs (settings: of
+    atari_emulator_settings), its episodic life and reward clipping off, `threads` worker threads (at most one per
+    game); max_frames: the id's own frame limit when None."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
+    return AtariVectorEnv(
+        settings["game"], num_envs, repeat_action_probability=settings["repeat_action_probability"],
+        full_action_space=settings["full_action_space"], max_num_frames_per_episode=max_frames,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, img_height=84, img_width=84, grayscale=True,
+        stack_num=4, frameskip=4, maxpool=True, noop_max=noop_max, use_fire_reset=True, episodic_life=False,
+        life_loss_info=False, reward_clipping=False, num_threads=max(1, min(num_envs, threads)))
+
+
 def make_atari_envs(env_id: str, num_envs: int, backend: str = "ale-vector", capture_video: bool = False,
                     run_name: str = "", noop_max: int = 30, terminal_on_life_loss: bool = True,
                     clip_rewards: bool = True, max_frames: Optional[int] = None, groups: int = 1,
@@ -363,22 +389,15 @@ def make_atari_envs(env_id: str, num_envs: int, backend: str = "ale-vector", cap
         fail(f"unknown env backend {backend!r}; choose one of {', '.join(ATARI_BACKENDS)}")
     settings = atari_emulator_settings(env_id)
     max_frames = settings["max_num_frames_per_episode"] if max_frames is None else max_frames
-    groups = min(groups, num_envs)
-    sizes = [num_envs // groups + (g < num_envs % groups) for g in range(groups)]
+    sizes = group_sizes(num_envs, groups)
     if backend == "gymnasium":
         return EnvGroups([AtariGameStatistics(gym.vector.SyncVectorEnv(
             [make_atari_env(env_id, start + i, capture_video, run_name, noop_max, max_frames) for i in range(size)],
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), terminal_on_life_loss, clip_rewards)
             for start, size in zip(np.cumsum([0] + sizes).tolist(), sizes)])
-    from ale_py.vector_env import AtariVectorEnv
     stacks = []
     for g, size in enumerate(sizes):
-        envs = AtariVectorEnv(
-            settings["game"], size, repeat_action_probability=settings["repeat_action_probability"],
-            full_action_space=settings["full_action_space"], max_num_frames_per_episode=max_frames,
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, img_height=84, img_width=84, grayscale=True,
-            stack_num=4, frameskip=4, maxpool=True, noop_max=noop_max, use_fire_reset=True, episodic_life=False,
-            life_loss_info=False, reward_clipping=False, num_threads=min(size, max(1, threads // groups)))
+        envs = ale_vector_env(settings, size, threads // len(sizes), noop_max, max_frames)
         envs = RecordFirstGameFrames(envs, f"videos/{run_name}") if capture_video and g == 0 else envs
         stacks.append(AtariGameStatistics(envs, terminal_on_life_loss, clip_rewards))
     return EnvGroups(stacks)
