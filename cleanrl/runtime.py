@@ -297,6 +297,13 @@ class Progress:
     def recent_return(self) -> str:
         return f"{np.mean(self.returns):.1f}" if self.returns else "-"
 
+    def returns_said(self) -> str:
+        """The episodes' returns in words: 'mean return of the last 3 episodes 21.7', or that none has ended."""
+        n = len(self.returns)
+        if n == 0:
+            return "no episode finished yet"
+        return f"mean return of the last {n} episode{'s' if n > 1 else ''} {self.recent_return()}"
+
     def update(self, global_step: int, sps: int, during: str = "") -> None:
         """`during`: a long part of an iteration under way (PPG's auxiliary phase), shown in place of the speed."""
         now, last = time.monotonic(), global_step >= self.total_steps and not during
@@ -310,7 +317,7 @@ class Progress:
                              f"return {self.recent_return()}  \x1b[K")
         else:
             sys.stderr.write(f"progress: step {global_step}/{self.total_steps} ({percent}%), {speed}, "
-                             f"mean return of the last 20 episodes {self.recent_return()}\n")
+                             f"{self.returns_said()}\n")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -515,8 +522,8 @@ class Run:
             elapsed = f"{time.time() - self.wall_start:.0f} s"
             resumed = f"; {elapsed} since resuming at step {self.global_step}"
             took = f" in {elapsed}" if self.checkpoint is None else resumed
-            say(f"done: {global_step} steps{took}, mean return of the last "
-                f"{len(self.progress.returns)} episodes {self.progress.recent_return()}; logs in {self.dir}{saved}")
+            returns = self.progress.returns_said().replace("no episode finished yet", "no episode finished")
+            say(f"done: {global_step} steps{took}, {returns}; logs in {self.dir}{saved}")
         self.close()
 
     def evaluate_at_end(self, evaluate: Callable[[], list]) -> None:

@@ -74,8 +74,9 @@ def test_runs_through_updates_then_saves_evaluates_and_says_where_into_a_log_fil
     for line in progress:
         # the speed, or (PPG) how far its auxiliary phase has come
         assert re.fullmatch(r"progress: step \d+/\d+ \(\d+%\), (\d+ SPS|auxiliary phase: (recording pi_old|epoch "
-                            r"\d+/\d+), \d+%), mean return of the last 20 episodes \S+", line), line
-    summary = re.compile(rf"done: {row.loss_steps[-1]} steps in \d+ s, mean return of the last \d+ episodes \S+; "
+                            r"\d+/\d+), \d+%), (mean return of the last \d+ episodes? \S+|no episode finished yet)", line), line
+    summary = re.compile(rf"done: {row.loss_steps[-1]} steps in \d+ s, (mean return of the last \d+ episodes? \S+"
+                         rf"|no episode finished); "
                          rf"logs in runs/{re.escape(run_dir.name)}; model runs/\S+, checkpoint runs/\S+")
     assert summary.fullmatch(lines[-1]), lines[-1]
 

@@ -202,7 +202,17 @@ def test_progress_plain_lines_at_the_interval(capsys, monkeypatch):
     progress.update(300, 60)  # 10 s after the last line: nothing
     progress.update(1000, 70)  # the end: the summary line says it, not a progress line
     assert capsys.readouterr().err == (
-        "progress: step 200/1000 (20%), 60 SPS, mean return of the last 20 episodes 3.0\n")
+        "progress: step 200/1000 (20%), 60 SPS, mean return of the last 3 episodes 3.0\n")
+
+
+def test_progress_says_how_many_episodes_its_mean_covers(capsys):
+    progress = runtime.Progress(1000, enabled=True, interval=30.0)
+    assert progress.returns_said() == "no episode finished yet"
+    progress.episode(4.0)
+    assert progress.returns_said() == "mean return of the last 1 episode 4.0"
+    for r in range(1, 31):  # the last 20: 11..30, mean 20.5
+        progress.episode(float(r))
+    assert progress.returns_said() == "mean return of the last 20 episodes 20.5"
 
 
 def test_progress_on_a_terminal_redraws_one_line(capsys, monkeypatch):
@@ -235,7 +245,7 @@ def test_progress_shows_a_long_part_of_an_iteration_in_place_of_the_speed(capsys
     assert capsys.readouterr().err == (
         "\r200/200 steps (100%) | auxiliary phase: epoch 2/6, 50% | return -  \x1b[K"
         "\r200/200 steps (100%) | 15 SPS | return -  \x1b[K\n"
-        "progress: step 200/200 (100%), auxiliary phase: epoch 2/6, 50%, mean return of the last 20 episodes -\n")
+        "progress: step 200/200 (100%), auxiliary phase: epoch 2/6, 50%, no episode finished yet\n")
 
 
 # ---- declared flag ranges, budgets, run directories, unreadable checkpoints, failed writes (bad input) ----
