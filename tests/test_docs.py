@@ -336,7 +336,7 @@ def check_command(command: str) -> list[list[str]]:
 def test_docs_show_commands():
     shown = shown_commands()
     pages = {page for page, _ in shown}
-    assert "docs/get-started.md" in pages
+    assert "docs/get-started/installation.md" in pages
     # torchrun launches and the runner's commands from benchmark/*.sh are among the checked commands
     assert any(c.startswith("torchrun") for _, c in shown)
     assert any(c.startswith("python benchmark/run.py") and " -- " in c for _, c in shown)

@@ -1,4 +1,4 @@
-"""What a run prints, on a terminal and into a log file (docs/get-started.md, First run)."""
+"""What a run prints, on a terminal and into a log file (docs/get-started/installation.md, First run)."""
 
 import os
 import pty
