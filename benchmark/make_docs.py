@@ -257,7 +257,8 @@ def throughput_section(tp: Optional[dict]) -> str:
     sb3 = any("plain/sb3" in row["ratios"] for row in tp["results"])  # not in a table measured with --no-sb3
     peers = ["script", "plain SPS", *(["plain / SB3"] if sb3 else [])]
     peers += ["plain / CleanRL", "plain / CleanRL (process)"] if upstream else []
-    own = ["script", *[f"{v} / plain" for v in variants], "plain / raw env"]
+    # a variant's name spaced at its `+` (compile + cudagraphs + amp), so a narrow page can wrap the header
+    own = ["script", *[f"{v.replace('+', ' + ')} / plain" for v in variants], "plain / raw env"]
     tables = [["| " + " | ".join(h) + " |", "|" + "---|" * len(h)] for h in (peers, own)]
     busy = False
     for row in tp["results"]:

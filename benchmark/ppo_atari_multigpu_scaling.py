@@ -1,4 +1,4 @@
-# docs: docs/distributed.md
+# docs: docs/rl-algorithms/ppo-multigpu.md
 """Weak scaling of cleanrl/ppo_atari_multigpu.py: throughput at 1, 2, ... ranks with the envs per rank fixed.
 
 For each rank count N, in rounds that alternate over the counts (so load noise on a shared machine hits

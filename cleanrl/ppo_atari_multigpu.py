@@ -13,7 +13,7 @@ Run:
     # two machines with 4 GPUs each; run on both, --node-rank 0 on the machine at HOST, 1 on the other
     torchrun --nnodes=2 --nproc_per_node=4 --node-rank=R --master-addr=HOST --master-port=29500 \\
         cleanrl/ppo_atari_multigpu.py --env-id BeamRiderNoFrameskip-v4 --num-envs 32 --total-timesteps 100000000
-    # long jobs: checkpoints, and up to 3 automatic restarts that continue from the last one (docs/distributed.md)
+    # long jobs: checkpoints, and up to 3 automatic restarts that continue from the last one
     torchrun --standalone --nnodes=1 --nproc_per_node=2 --max-restarts=3 cleanrl/ppo_atari_multigpu.py \\
         --env-id BreakoutNoFrameskip-v4 --save-model --checkpoint-frequency 50 --resume auto
     python cleanrl/ppo_atari_multigpu.py --help
