@@ -14,7 +14,8 @@ change of machine in one file per run:
 
 `episodes` holds every episode's end step and its return (`charts/episodic_return`), rounded to 4 decimals; that
 is what benchmark/report.py draws and tabulates. `command` names files relative to the repository root, so the
-same command reruns the run on any checkout.
+same command reruns the run on any checkout. A run of an AWS Batch sweep (`python cloud/submit.py collect`) also
+records "sweep" and "job_id", and "machine" names the job queue.
 
 A tool, not an algorithm script: it never imports the scripts.
 """
@@ -90,7 +91,11 @@ def read_events(workdir: Path, tag: str = "charts/episodic_return", sps_tag: str
     }
 
 
-def write_kept(path: Path, name: str, env_id: str, seed: int, argv: list[str], workdir: Path, seconds: float | None) -> dict:
+def write_kept(path: Path, name: str, env_id: str, seed: int, argv: list[str], workdir: Path, seconds: float | None,
+               finished: str | None = None, machine: str | None = None, extra: dict | None = None) -> dict:
+    """Keep the run whose event files are below `workdir` in `path`. `finished` (UTC, 2026-12-03T14:20:00Z) and
+    `machine` default to now and this machine, for a run that has just ended here; `extra` adds keys to the header
+    (cloud/submit.py's `collect` records the sweep and the AWS Batch job)."""
     command = portable_command(argv)
     record = {
         "name": name,
@@ -100,8 +105,9 @@ def write_kept(path: Path, name: str, env_id: str, seed: int, argv: list[str], w
         "total_timesteps": total_timesteps(command),
         **read_events(workdir),
         "seconds": None if seconds is None else round(seconds, 1),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "finished": finished or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine or f"{platform.machine()}, {os.cpu_count()} CPUs",
+        **(extra or {}),
     }
     # one line per key, the episodes last: a kept file reads (and diffs) as a short header and two long lines
     episodes = record.pop("episodes")

@@ -5,8 +5,17 @@ Reads every run below the given result folders, so no W&B account is needed: the
 (benchmark/kept/<name>/, see benchmark/kept.py) when the folder holds any, else TensorBoard event files (what
 benchmark/run.py writes to benchmark/results/<name>/, or any folder holding `runs/` directories of the scripts). A run is a directory with `events.out.tfevents.*`
 files; its name `{env_id}__{exp_name}__{seed}__{unix time}` (relative to the nearest `runs/` folder, so env ids
-with "/" work) gives the env id and seed. Folders whose name starts with "." (e.g. the runner's `.incomplete/`)
-are not read. Two or more result folders are compared: each is one label, drawn on the same axes.
+with "/" work) gives the env id, the script (exp_name) and the seed. Folders whose name starts with "." (e.g. the
+runner's `.incomplete/`) are not read. Two or more result folders are compared: each is one label, drawn on the
+same axes. A folder that holds runs of several scripts (a kept file's "name", a run's exp_name), such as the records
+of a cloud sweep (`python cloud/submit.py collect`), gives one label per script, LABEL/SCRIPT: two algorithms on
+one env are never averaged together.
+
+Each (label, env id, seed) counts once: of two runs of it, the one that finished last is read and the other is
+named as skipped (a kept file's "finished"; a run's completion marker, else its last event). Unfinished runs are
+skipped and counted: where a folder marks finished runs, with benchmark/run.py's DONE.json or cloud/durable.py's
+cleanrl-complete.json beside a run's `runs/` folder, a run without its marker has failed, was stopped or is still
+running. (Kept files are written for finished runs only; a folder without any marker is read whole.)
 
 Writes to --out:
     <env>.png / <env>.svg      per env: mean episodic return over seeds vs environment steps, with a 95% band
@@ -39,12 +48,14 @@ Run:
 """
 
 import csv
+import json
 import math
 import re
 import sys
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import NoReturn, Optional
 
@@ -121,12 +132,20 @@ class RunData:
     sps: float
     last_step: int
     final_return: float = math.nan
+    script: str = ""  # a kept file's name, a run's exp_name: the algorithm
+    finished: float = math.nan  # when the run ended, in seconds since the epoch (NaN: not known)
 
 
 RUN_NAME = re.compile(r"^(?P<env_id>.+)__(?P<exp_name>.+)__(?P<seed>-?\d+)__(?P<time>\d+)$")
 
 
 def parse_run_name(run_dir: Path) -> tuple[str, int]:
+    env_id, _, seed = parse_run_name_parts(run_dir)
+    return env_id, seed
+
+
+def parse_run_name_parts(run_dir: Path) -> tuple[str, str, int]:
+    """(env id, exp name, seed) of a run directory."""
     parts = run_dir.parts
     if "runs" in parts:  # the name below the last runs/ folder, which keeps env ids such as ALE/Pong-v5 whole
         last = len(parts) - 1 - parts[::-1].index("runs")
@@ -136,7 +155,35 @@ def parse_run_name(run_dir: Path) -> tuple[str, int]:
     m = RUN_NAME.match(rel)
     if m is None:
         fail(f"cannot read env id and seed from {run_dir}: expected a directory named {{env_id}}__{{exp_name}}__{{seed}}__{{unix time}}")
-    return m["env_id"], int(m["seed"])
+    return m["env_id"], m["exp_name"], int(m["seed"])
+
+
+# beside the runs/ folder of a finished run: benchmark/run.py's marker, cloud/durable.py's (a job's folder)
+MARKERS = ("DONE.json", "cleanrl-complete.json")
+
+
+def completion_marker(run_dir: Path) -> Optional[Path]:
+    """The completion marker in the folder that holds the run's `runs/` folder, if there is one."""
+    parts = run_dir.parts
+    if "runs" not in parts:
+        return None
+    workdir = Path(*parts[: len(parts) - 1 - parts[::-1].index("runs")])
+    return next((workdir / m for m in MARKERS if (workdir / m).is_file()), None)
+
+
+def utc_seconds(text) -> float:
+    """2026-12-03T14:20:00Z (kept files and completion markers) in seconds since the epoch; NaN if not that."""
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return math.nan
+
+
+def marker_time(marker: Path) -> float:
+    try:
+        return utc_seconds(json.loads(marker.read_text()).get("finished"))
+    except (OSError, ValueError, AttributeError):
+        return math.nan
 
 
 def find_run_dirs(folder: Path) -> list[Path]:
@@ -161,20 +208,31 @@ def load_kept_runs(files: list[Path], label: str, args: Args) -> list[RunData]:
         sps = math.nan if record.get("sps") is None else float(record["sps"])
         run = RunData(label, record["env_id"], int(record["seed"]), path, steps, returns, sps, int(record["last_step"]))
         run.final_return = final_return(steps, returns, run.last_step, args.final_fraction)
+        run.script, run.finished = str(record["name"]), utc_seconds(record.get("finished"))
         runs.append(run)
     return runs
 
 
-def load_runs(folder: Path, label: str, args: Args) -> list[RunData]:
+def load_runs(folder: Path, label: str, args: Args, unfinished: list[Path]) -> list[RunData]:
+    """The runs below `folder`; the unfinished ones are left out and appended to `unfinished`."""
     if not folder.is_dir():
         fail(f"result folder {folder} does not exist")
     kept = find_kept(folder)
     if kept:
         return load_kept_runs(kept, label, args)
+    run_dirs = find_run_dirs(folder)
+    if not run_dirs:
+        fail(f"no kept results (seed*.json) and no TensorBoard event files below {folder}")
+    markers = {run_dir: completion_marker(run_dir) for run_dir in run_dirs}
+    marked = any(markers.values())  # this folder says which runs finished
     runs = []
-    for run_dir in find_run_dirs(folder):
-        env_id, seed = parse_run_name(run_dir)
-        scalars = read_event_scalars(run_dir)
+    for run_dir in run_dirs:
+        if marked and markers[run_dir] is None:
+            unfinished.append(run_dir)
+            continue
+        env_id, script, seed = parse_run_name_parts(run_dir)
+        timed = read_event_scalars(run_dir, wall_time=True)
+        scalars = {tag: [(s, v) for s, _, v in events] for tag, events in timed.items()}
         episodes = sorted(scalars.get(args.tag, []), key=lambda e: e[0])
         steps = np.array([s for s, _ in episodes], dtype=np.int64)
         returns = np.array([v for _, v in episodes], dtype=np.float64)
@@ -182,10 +240,35 @@ def load_runs(folder: Path, label: str, args: Args) -> list[RunData]:
         last_step = max([s for tag in scalars.values() for s, _ in tag], default=0)
         run = RunData(label, env_id, seed, run_dir, steps, returns, float(sps_values[-1][1]) if sps_values else math.nan, last_step)
         run.final_return = final_return(steps, returns, last_step, args.final_fraction)
+        run.script = script
+        run.finished = marker_time(markers[run_dir]) if markers[run_dir] else math.nan
+        if math.isnan(run.finished):
+            run.finished = max((w for events in timed.values() for _, w, _ in events), default=math.nan)
         runs.append(run)
-    if not runs:
-        fail(f"no kept results (seed*.json) and no TensorBoard event files below {folder}")
-    return runs
+    return runs  # never empty: where one run lacks its marker, another has one
+
+
+def by_script(runs: list[RunData], label: str) -> list[str]:
+    """Label the runs of a folder LABEL/SCRIPT when it holds several scripts; the labels, in order."""
+    scripts = sorted({r.script for r in runs})
+    if len(scripts) == 1:
+        return [label]
+    for r in runs:
+        r.label = f"{label}/{r.script}"
+    return [f"{label}/{script}" for script in scripts]
+
+
+def latest_of_each(runs: list[RunData]) -> tuple[list[RunData], list[tuple[RunData, RunData]]]:
+    """One run per (label, env id, seed): the one that finished last; and (skipped, kept instead) for the others."""
+    groups = defaultdict(list)
+    for r in runs:
+        groups[(r.label, r.env_id, r.seed)].append(r)
+    kept, skipped = [], []
+    for group in groups.values():
+        group.sort(key=lambda r: (-math.inf if math.isnan(r.finished) else r.finished, str(r.path)))
+        kept.append(group[-1])
+        skipped += [(r, group[-1]) for r in group[:-1]]
+    return kept, skipped
 
 
 def moving_average(x: np.ndarray, window: int) -> np.ndarray:
@@ -313,16 +396,31 @@ def main(args: Args) -> None:
         fail(f"--labels has {len(args.labels)} values for {len(args.results)} --results folders")
     if not 0.0 < args.final_fraction <= 1.0:
         fail(f"--final-fraction must be in (0, 1], got {args.final_fraction}")
-    labels = args.labels or [Path(r).name for r in args.results]
-    if len(set(labels)) != len(labels):
-        fail(f"labels must differ, got {labels}; name them with --labels")
+    folder_labels = args.labels or [Path(r).name for r in args.results]
+    if len(set(folder_labels)) != len(folder_labels):
+        fail(f"labels must differ, got {folder_labels}; name them with --labels")
     user_bounds = parse_bounds(args.bounds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     runs: list[RunData] = []
-    for folder, label in zip(args.results, labels):
-        runs += load_runs(Path(folder), label, args)
+    labels: list[str] = []
+    unfinished: list[Path] = []
+    for folder, label in zip(args.results, folder_labels):
+        found = load_runs(Path(folder), label, args, unfinished)
+        labels += by_script(found, label)
+        runs += found
+    if len(set(labels)) != len(labels):
+        fail(f"labels must differ, got {labels}; name the folders with --labels")
+    runs, duplicates = latest_of_each(runs)
+    notes = []
+    if unfinished:
+        notes.append(f"Skipped {len(unfinished)} unfinished run{'s' if len(unfinished) != 1 else ''} (no completion "
+                     f"marker beside its runs/ folder): " + ", ".join(str(p) for p in unfinished) + ".")
+    if duplicates:
+        notes.append(f"Skipped {len(duplicates)} duplicate run{'s' if len(duplicates) != 1 else ''} (the same label, "
+                     "env id and seed as a run that finished later, which is read instead): "
+                     + ", ".join(f"{r.path} (read {newer.path})" for r, newer in duplicates) + ".")
     envs = sorted({r.env_id for r in runs})
     by = defaultdict(list)
     for r in runs:
@@ -489,6 +587,8 @@ def main(args: Args) -> None:
     print("\n".join(md))
     print()
     print("\n".join(lines))
+    for note in notes:
+        print(f"\n{note}")
     print(f"\nwrote {len(envs)} env figures, curves.png, summary.md/csv, runs.csv, aggregate.md/csv/png to {out}")
 
 

@@ -18,11 +18,22 @@ locals {
 }
 
 # Every instance gets a larger encrypted root volume (the image holds PyTorch's CUDA libraries, and runs/ grows
-# there), and the tags, which Batch itself puts on the instances only through compute_resources.tags.
+# there), and the tags, which Batch itself puts on the instances only through compute_resources.tags. The user data
+# (examples/user_data.mime, shared with the plain-CLI set-up) sets the ECS agent for Spot reclaims: instances that got
+# an interruption notice take no new job (ECS_ENABLE_SPOT_INSTANCE_DRAINING), and a container that ECS stops gets
+# 120 s between SIGTERM and SIGKILL (ECS_CONTAINER_STOP_TIMEOUT) for its last checkpoint and upload; the file says
+# how 120 s was chosen. The instance metadata answers IMDSv2 requests only; a hop limit of 2 lets a job's container
+# reach it too, where the image's entrypoint reads the Spot interruption notice.
 resource "aws_launch_template" "batch" {
-  name = "${var.name_prefix}-batch"
+  name      = "${var.name_prefix}-batch"
+  user_data = filebase64("${path.module}/examples/user_data.mime")
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 2
+  }
   block_device_mappings {
-    device_name = "/dev/xvda" # the root device of the ECS AL2 AMIs
+    device_name = "/dev/xvda" # the root device of the ECS-optimized Amazon Linux AMIs
     ebs {
       volume_size           = var.root_volume_gib
       volume_type           = "gp3"
@@ -53,8 +64,10 @@ resource "aws_batch_compute_environment" "this" {
     min_vcpus           = 0
     max_vcpus           = each.value.max_vcpus
     security_group_ids  = [aws_security_group.batch.id]
-    subnets             = var.subnet_ids
-    tags                = merge(var.tags, { Name = "${var.name_prefix}-${each.key}" })
+    subnets             = each.key == "gpu-multinode" ? local.multinode_subnet_ids : var.subnet_ids
+    # a cluster placement group keeps the nodes of a multi-node job close (variable multinode_placement_group)
+    placement_group = each.key == "gpu-multinode" && var.multinode_placement_group != "" ? var.multinode_placement_group : null
+    tags            = merge(var.tags, { Name = "${var.name_prefix}-${each.key}" })
 
     launch_template {
       launch_template_id = aws_launch_template.batch.id
@@ -62,8 +75,9 @@ resource "aws_batch_compute_environment" "this" {
     }
 
     ec2_configuration {
-      # The GPU AMI carries the NVIDIA driver and container toolkit.
-      image_type = each.value.gpu ? "ECS_AL2_NVIDIA" : "ECS_AL2"
+      # The ECS-optimized Amazon Linux 2023 AMIs (AWS ends support of the Amazon Linux 2 ones on 30 June 2026); the
+      # GPU one carries the NVIDIA driver and container toolkit.
+      image_type = each.value.gpu ? "ECS_AL2023_NVIDIA" : "ECS_AL2023"
     }
   }
 

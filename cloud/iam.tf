@@ -1,12 +1,20 @@
 # Roles: the Batch service role, the role of the container instances (ECS agent, ECR pulls, awslogs)
 # and the Spot Fleet role of the Spot compute environments.
 
+# Batch may assume the service role only for this account's resources (aws:SourceAccount, which AWS Batch documents
+# against the confused deputy problem). The other trust policies have no such condition: EC2 assumes the instance
+# role for the instance profile, and AWS Batch documents the condition for its service role only.
 data "aws_iam_policy_document" "batch_assume" {
   statement {
     actions = ["sts:AssumeRole"]
     principals {
       type        = "Service"
       identifiers = ["batch.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
     }
   }
 }

@@ -141,6 +141,8 @@ resource "aws_batch_job_definition" "ppo" {
 # `bash -c <jobs/multinode.sh> SCRIPT ENV_ID TOTAL_TIMESTEPS SEED NPROC_PER_NODE FREQUENCY`; the script reads the
 # node index, node count and main node address from the AWS_BATCH_JOB_* variables of each node. vCPUs and memory
 # grow with the GPUs of a node; /dev/shm is enlarged for NCCL; NCCL keeps off loopback and the docker/ECS bridges.
+# All nodes of a job run on one instance type (instanceType, var.multinode_instance_type): the ranks step in lockstep,
+# so a slower GPU would hold every rank back.
 resource "aws_batch_job_definition" "multinode" {
   name                  = "${var.name_prefix}-multinode"
   type                  = "multinode"
@@ -162,8 +164,9 @@ resource "aws_batch_job_definition" "multinode" {
     nodeRangeProperties = [{
       targetNodes = "0:"
       container = merge(local.common, {
-        image   = local.image
-        command = ["bash", "-c", file("${path.module}/jobs/multinode.sh"), "Ref::script", "Ref::envId", "Ref::totalTimesteps", "Ref::seed", "Ref::nprocPerNode", "Ref::checkpointFrequency"]
+        image        = local.image
+        instanceType = var.multinode_instance_type
+        command      = ["bash", "-c", file("${path.module}/jobs/multinode.sh"), "Ref::script", "Ref::envId", "Ref::totalTimesteps", "Ref::seed", "Ref::nprocPerNode", "Ref::checkpointFrequency"]
         resourceRequirements = [
           { type = "VCPU", value = tostring(var.multinode_gpus_per_node * var.multinode_vcpus_per_gpu) },
           { type = "MEMORY", value = tostring(var.multinode_gpus_per_node * var.multinode_memory_mib_per_gpu) },
@@ -193,5 +196,12 @@ resource "aws_batch_job_definition" "multinode" {
 
   timeout {
     attempt_duration_seconds = var.job_timeout_seconds
+  }
+
+  lifecycle {
+    precondition {
+      condition     = contains(var.multinode_instance_types, var.multinode_instance_type) || contains(var.multinode_instance_types, split(".", var.multinode_instance_type)[0])
+      error_message = "multinode_instance_type must be one of multinode_instance_types, or of their families (the instance types of the gpu-multinode compute environment)."
+    }
   }
 }

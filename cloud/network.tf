@@ -20,3 +20,43 @@ resource "aws_vpc_security_group_ingress_rule" "self" {
   ip_protocol                  = "-1"
   referenced_security_group_id = aws_security_group.batch.id
 }
+
+# Multi-node parallel jobs run in the awsvpc network mode: each node's container has a network interface of its own
+# in the subnet, which gets no public IP. In a public subnet such a container reaches nothing outside the VPC, so
+# cloud/durable.py on the main node could not read or write the runs bucket. The S3 gateway endpoint routes S3
+# traffic of the subnets' route tables inside the VPC (no NAT gateway, no charge); for W&B (--track) the multi-node
+# jobs need private subnets behind a NAT gateway (var.multinode_subnet_ids).
+locals {
+  multinode_subnet_ids = length(var.multinode_subnet_ids) > 0 ? var.multinode_subnet_ids : var.subnet_ids
+  endpoint_subnet_ids  = var.s3_gateway_endpoint ? distinct(concat(var.subnet_ids, local.multinode_subnet_ids)) : []
+}
+
+# The route table of each subnet: the one associated with it, else the VPC's main route table.
+data "aws_route_tables" "subnet" {
+  for_each = toset(local.endpoint_subnet_ids)
+  vpc_id   = var.vpc_id
+  filter {
+    name   = "association.subnet-id"
+    values = [each.value]
+  }
+}
+
+data "aws_route_tables" "main" {
+  count  = var.s3_gateway_endpoint ? 1 : 0
+  vpc_id = var.vpc_id
+  filter {
+    name   = "association.main"
+    values = ["true"]
+  }
+}
+
+resource "aws_vpc_endpoint" "s3" {
+  count             = var.s3_gateway_endpoint ? 1 : 0
+  vpc_id            = var.vpc_id
+  service_name      = "com.amazonaws.${var.region}.s3"
+  vpc_endpoint_type = "Gateway"
+  route_table_ids = sort(distinct(flatten([
+    for s in local.endpoint_subnet_ids : length(data.aws_route_tables.subnet[s].ids) > 0 ? data.aws_route_tables.subnet[s].ids : data.aws_route_tables.main[0].ids
+  ])))
+  tags = { Name = "${var.name_prefix}-s3" }
+}

@@ -1,5 +1,6 @@
 # docs: docs/cloud.md
-"""Run CleanRL scripts on AWS Batch: build and push the image, submit jobs, list, wait, cancel, show logs.
+"""Run CleanRL scripts on AWS Batch: build and push the image, submit jobs, list, wait, cancel, show logs; follow a
+sweep (every job of one `submit`), resubmit its failed runs and bring its results home.
 
 The infrastructure comes from cloud/*.tf (terraform); names below are its defaults (name_prefix "cleanrl").
 
@@ -7,7 +8,10 @@ Run:
     python cloud/submit.py build --repository cleanrl
     python cloud/submit.py submit --job-queue cleanrl-cpu-spot --scripts ppo.py \
         --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --total-timesteps 500000
-    python cloud/submit.py submit --no-build --array --seeds $(seq 1 100) --env-ids CartPole-v1
+    python cloud/submit.py submit --no-build --array --seeds $(seq 1 100) --env-ids CartPole-v1 --sweep cartpole-100
+    python cloud/submit.py status cartpole-100
+    python cloud/submit.py resubmit cartpole-100 --failed
+    python cloud/submit.py collect cartpole-100 --out sweeps/cartpole-100
     python cloud/submit.py submit-multinode --num-nodes 2 --env-id BreakoutNoFrameskip-v4
     python cloud/submit.py list --job-queue cleanrl-cpu-spot
     python cloud/submit.py wait JOB_ID [JOB_ID ...]
@@ -18,9 +22,14 @@ Run:
 Every input AWS would reject (job names, array sizes, vCPU/memory/GPU values, ...) is checked before the
 first AWS call. W&B credentials (WANDB_API_KEY, ...) are read from your environment and handed to AWS only
 inside the submit request as the job's environment: nothing is written to disk or baked into the image.
+
+A sweep's manifest (`submit` writes it to SWEEPS_DIR/NAME.json and beside the runs, s3://BUCKET/sweeps/NAME.json)
+records each run (script, env id, seed, the command its job runs) and every job that ran it (job id, array child
+PARENT:INDEX, queue, job definition, image); `resubmit` adds the new jobs to it, so the history stays.
 """
 
 import base64
+import json
 import os
 import re
 import shlex
@@ -28,7 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import uuid
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional, Union
 
@@ -51,6 +62,10 @@ TERMINAL = ("SUCCEEDED", "FAILED")
 VCPUS_PER_GPU, MEMORY_MIB_PER_GPU = 8, 28000
 # W&B settings passed from the caller's environment into the job's environment, and nowhere else.
 WANDB_VARIABLES = ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_BASE_URL")
+SWEEP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # a file name and an S3 key, as typed
+MANIFEST_FORMAT = 1
+# cloud/durable.py writes this beside a job's runs/ in S3 once the run finished and all of it was uploaded
+MARKER = "cleanrl-complete.json"
 
 
 @dataclass
@@ -79,7 +94,8 @@ class Submit(Build):
     """Submit one job per (script, env id, seed), or one array job per (script, env id) over the seeds."""
 
     scripts: tuple[str, ...] = ("ppo.py",)
-    """scripts to run: a name in cleanrl/ (ppo_atari.py) or a path from the repository root"""
+    """scripts to run: a name in cleanrl/ (ppo_atari.py) or a path from the repository root, optionally with flags
+    of its own before --extra-args ("dqn.py --learning-starts 1000")"""
     env_ids: tuple[str, ...] = ("CartPole-v1",)
     """environment ids; every script runs on every one"""
     seeds: tuple[int, ...] = (1,)
@@ -110,6 +126,11 @@ class Submit(Build):
     """if toggled, build and push the image first and run the jobs on it; --no-build uses --image"""
     image: Optional[str] = None
     """with --no-build: image URI to run; None runs the image the job definition names"""
+    sweep: Optional[str] = None
+    """name of the sweep (these jobs), for `status`, `resubmit` and `collect`; None makes one:
+    {job_name_prefix}-{UTC time}-{8 hex digits}"""
+    sweeps_dir: str = "sweeps"
+    """folder of the sweep manifests on this machine: the manifest is SWEEPS_DIR/NAME.json"""
 
 
 @dataclass
@@ -194,6 +215,42 @@ class Logs(Aws):
     """ids of the jobs"""
 
 
+@dataclass
+class SweepCommand(Aws):
+    sweep: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="SWEEP")] = ""
+    """the sweep: its name (the manifest SWEEPS_DIR/NAME.json), a manifest file, or s3://BUCKET/sweeps/NAME.json"""
+    sweeps_dir: str = "sweeps"
+    """folder of the sweep manifests on this machine"""
+
+
+@dataclass
+class Status(SweepCommand):
+    """Count the runs of a sweep by the status of their latest job: one line per (script, env id)."""
+
+
+@dataclass
+class Resubmit(SweepCommand):
+    """Submit again, with the same command, the runs of a sweep whose latest job FAILED; the manifest keeps both
+    jobs."""
+
+    failed: bool = False
+    """if toggled, resubmit the runs whose latest job FAILED (the one choice so far; it must be given)"""
+    dry_run: bool = False
+    """if toggled, print what would be resubmitted instead of submitting it"""
+
+
+@dataclass
+class Collect(SweepCommand):
+    """Download the finished runs of a sweep and keep each as a benchmark/kept.py record for benchmark/report.py."""
+
+    out: Optional[str] = None
+    """folder of the records (OUT/<script>/<env id>/seed<k>.json) and of the downloaded runs (OUT/jobs/<job id>/);
+    None: SWEEPS_DIR/NAME"""
+    checkpoints: bool = False
+    """if toggled, download each run's checkpoint.pt too (the state to resume from; DQN's on Atari hold the replay
+    memory, gigabytes)"""
+
+
 Command = Union[
     Annotated[Build, tyro.conf.subcommand("build")],
     Annotated[Submit, tyro.conf.subcommand("submit")],
@@ -202,6 +259,9 @@ Command = Union[
     Annotated[Wait, tyro.conf.subcommand("wait")],
     Annotated[Cancel, tyro.conf.subcommand("cancel")],
     Annotated[Logs, tyro.conf.subcommand("logs")],
+    Annotated[Status, tyro.conf.subcommand("status")],
+    Annotated[Resubmit, tyro.conf.subcommand("resubmit")],
+    Annotated[Collect, tyro.conf.subcommand("collect")],
 ]
 
 
@@ -269,12 +329,38 @@ def check_script(script: str) -> str:
     return path
 
 
-def wandb_environment(extra_args: list[str]) -> list[dict]:
-    """W&B settings of the caller's environment, for the job's environment only."""
-    env = [{"name": k, "value": os.environ[k]} for k in WANDB_VARIABLES if os.environ.get(k)]
-    if "--track" in extra_args and not os.environ.get("WANDB_API_KEY"):
-        fail("--extra-args has --track but WANDB_API_KEY is not set in your environment")
-    return env
+def wandb_environment(extra_args: list[str], where: str = "--extra-args") -> list[dict]:
+    """W&B settings of the caller's environment, for the job's environment only. A --track run without
+    WANDB_API_KEY here needs the key from the job definition (a Secrets Manager secret): `check_wandb_key`."""
+    return [{"name": k, "value": os.environ[k]} for k in WANDB_VARIABLES if os.environ.get(k)]
+
+
+def tracks(request: dict) -> bool:
+    return "--track" in shlex.split(request.get("parameters", {}).get("script", ""))
+
+
+def definition_gives(definition: dict, variable: str) -> bool:
+    """Whether every container of a job definition gets `variable`, from a secret or its environment."""
+    if definition.get("type") == "multinode":
+        ranges = definition.get("nodeProperties", {}).get("nodeRangeProperties", [])
+        containers = [r.get("container", {}) for r in ranges]
+    else:
+        containers = [definition.get("containerProperties", {})]
+    return bool(containers) and all(
+        any(item.get("name") == variable for item in c.get("secrets", []) + c.get("environment", []))
+        for c in containers
+    )
+
+
+def check_wandb_key(batch, definition_arn: str, requests: list[dict]) -> None:
+    """Before any job is submitted: a --track run gets the W&B key from your environment or from the job definition
+    (terraform's wandb_secret_arn puts a Secrets Manager secret there); with neither it would fail at its start."""
+    if os.environ.get("WANDB_API_KEY") or not any(tracks(r) for r in requests):
+        return
+    found = batch.describe_job_definitions(jobDefinitions=[definition_arn])["jobDefinitions"]
+    if not (found and definition_gives(found[0], "WANDB_API_KEY")):
+        fail(f"--track needs the W&B key: set WANDB_API_KEY in your environment, or give the job definition "
+             f"{definition_arn.rsplit('/', 1)[-1]} a WANDB_API_KEY secret (terraform: wandb_secret_arn)")
 
 
 def slug(text: str) -> str:
@@ -303,8 +389,30 @@ def check_image_flags(args: Union["Submit", "SubmitMultinode"]) -> None:
         fail("--image is for --no-build; a build pushes its own image")
 
 
-def plan_jobs(args: Submit) -> list[dict]:
-    """The SubmitJob requests of `submit`, checked, without jobQueue/jobDefinition (filled in later)."""
+@dataclass
+class Planned:
+    """One SubmitJob request of `submit` and the runs it starts: one per seed (an array job's child i runs seeds[i])."""
+
+    script: str  # path from the repository root
+    env_id: str
+    seeds: tuple[int, ...]
+    request: dict  # without jobQueue/jobDefinition (filled in later)
+    names: tuple[str, ...]  # the job name of each seed's run submitted on its own (what `resubmit` sends)
+
+
+def check_script_entry(entry: str) -> tuple[str, list[str]]:
+    """A --scripts entry: the script's path and the flags of its own ("dqn.py --learning-starts 1000")."""
+    try:
+        words = shlex.split(entry)
+    except ValueError as e:
+        fail(f"--scripts entry {entry!r} is not valid shell text ({e})")
+    if not words:
+        fail("--scripts has an empty entry")
+    return check_script(words[0]), words[1:]
+
+
+def plan_sweep(args: Submit) -> list[Planned]:
+    """The SubmitJob requests of `submit` and the runs of each, checked."""
     check_image_flags(args)
     check_job_definition_name(args.job_definition)
     check_resources(args.vcpus, args.memory, args.gpus, "job")
@@ -316,6 +424,8 @@ def plan_jobs(args: Submit) -> list[dict]:
         fail(f"seeds must be 0 or more, got {list(args.seeds)}")
     if len(set(args.seeds)) != len(args.seeds):
         fail(f"--seeds has repeated values: {list(args.seeds)}")
+    if len(set(args.env_ids)) != len(args.env_ids):
+        fail(f"--env-ids has repeated values: {list(args.env_ids)}")
     if args.total_timesteps is not None and args.total_timesteps < 1:
         fail(f"--total-timesteps must be at least 1, got {args.total_timesteps}")
     if args.array:
@@ -325,18 +435,25 @@ def plan_jobs(args: Submit) -> list[dict]:
                 "with --array the seeds must be consecutive and ascending (child i runs seed first + i), "
                 f"got {list(args.seeds)}"
             )
-    scripts = [check_script(script) for script in args.scripts]
-    environment = wandb_environment(extra)
+    scripts = [check_script_entry(entry) for entry in args.scripts]
+    paths = [path for path, _ in scripts]
+    if len(set(paths)) != len(paths):
+        twice = next(p for p in paths if paths.count(p) > 1)
+        fail(f"--scripts names {twice} twice: a sweep runs each script once per env id and seed (a variant with other "
+             "flags is a sweep of its own)")
+    own_flags = [flag for _, own in scripts for flag in own]
+    environment = wandb_environment(extra + own_flags, "--extra-args" if "--track" in extra else "--scripts")
     overrides = container_overrides(args.vcpus, args.memory, args.gpus, environment)
-    requests = []
-    for script in scripts:
-        command = " ".join([args.launcher, shlex.quote(script), *map(shlex.quote, extra)])
+    planned = []
+    for script, own in scripts:
+        command = " ".join([args.launcher, shlex.quote(script), *map(shlex.quote, own + extra)])
         stem = Path(script).stem
         for env_id in args.env_ids:
             groups = [args.seeds] if args.array else [(s,) for s in args.seeds]
             for seeds in groups:
+                names = tuple(check_job_name(f"{args.job_name_prefix}-{stem}-{slug(env_id)}-s{s}") for s in seeds)
                 if len(seeds) == 1:
-                    name = f"{args.job_name_prefix}-{stem}-{slug(env_id)}-s{seeds[0]}"
+                    name = names[0]
                 else:
                     name = f"{args.job_name_prefix}-{stem}-{slug(env_id)}-s{seeds[0]}-{seeds[-1]}"
                 parameters = {"script": command, "envId": env_id, "seed": str(seeds[0])}
@@ -349,8 +466,13 @@ def plan_jobs(args: Submit) -> list[dict]:
                     request["containerOverrides"] = overrides
                 if args.timeout_seconds is not None:
                     request["timeout"] = {"attemptDurationSeconds": args.timeout_seconds}
-                requests.append(request)
-    return requests
+                planned.append(Planned(script, env_id, tuple(seeds), request, names))
+    return planned
+
+
+def plan_jobs(args: Submit) -> list[dict]:
+    """The SubmitJob requests of `submit`, checked, without jobQueue/jobDefinition (filled in later)."""
+    return [p.request for p in plan_sweep(args)]
 
 
 def plan_multinode(args: SubmitMultinode) -> dict:
@@ -433,8 +555,10 @@ def run_docker(argv: list[str], dry_run: bool, input_text: Optional[str] = None,
 
 
 def build_and_push(args: Build) -> str:
-    """Build the image, log in to ECR and push; returns the image URI. The ECR password goes to docker on
-    stdin and docker keeps it in a DOCKER_CONFIG in memory (/dev/shm) that is deleted after the push."""
+    """Build the image, log in to ECR and push; returns the image by its digest (REPOSITORY@sha256:...), which no
+    later push can change, so every attempt of a job and every child of an array runs this build (a dry run returns
+    the tag). The ECR password goes to docker on stdin and docker keeps it in a DOCKER_CONFIG in memory (/dev/shm)
+    that is deleted after the push."""
     tag = args.tag or git_tag()
     if not IMAGE_TAG_RE.match(tag):
         fail(f"image tag {tag!r} is invalid: 1-128 letters, digits, '_', '.', '-', not starting with '.' or '-'")
@@ -462,7 +586,15 @@ def build_and_push(args: Build) -> str:
             latest = f"{repo['repositoryUri']}:latest"
             run_docker(["docker", "tag", image, latest], args.dry_run, env=env)
             run_docker(["docker", "push", latest], args.dry_run, env=env)
-    return image
+    if args.dry_run:
+        print(f"would pin the job definition to the digest ECR gives {image}", file=sys.stderr)
+        return image
+    found = ecr.describe_images(repositoryName=args.repository, imageIds=[{"imageTag": tag}])["imageDetails"]
+    if not found:
+        fail(f"ECR has no image tagged {tag} in {args.repository} after the push")
+    pinned = f"{repo['repositoryUri']}@{found[0]['imageDigest']}"
+    print(f"image {image} is {pinned}", file=sys.stderr)
+    return pinned
 
 
 def job_definition_with_image(batch, name: str, image: Optional[str], dry_run: bool = False) -> str:
@@ -525,26 +657,44 @@ def image_for(args: Union[Submit, SubmitMultinode]) -> Optional[str]:
     return args.image
 
 
-def submit_requests(args: Union[Submit, SubmitMultinode], requests: list[dict]) -> list[str]:
+def shown_request(request: dict) -> dict:
+    """A SubmitJob request as printed: the values of the environment (W&B credentials) masked."""
+    shown = {**request}
+    if "environment" in shown.get("containerOverrides", {}):
+        shown["containerOverrides"] = {
+            **shown["containerOverrides"],
+            "environment": [{"name": e["name"], "value": "***"} for e in shown["containerOverrides"]["environment"]],
+        }
+    return shown
+
+
+def submit_requests(
+    args: Union[Submit, SubmitMultinode], requests: list[dict], sweep: Optional["NewSweep"] = None
+) -> list[str]:
     image = image_for(args)
     batch = client(args, "batch")
     definition = job_definition_with_image(batch, args.job_definition, image, args.dry_run)
+    check_wandb_key(batch, definition, requests)
+    if sweep is not None and not args.dry_run:
+        sweep.open(batch, definition)
     ids = []
-    for request in requests:
-        request = {**request, "jobQueue": args.job_queue, "jobDefinition": definition}
-        if args.dry_run:
-            shown = {**request}
-            for key in ("containerOverrides",):
-                if "environment" in shown.get(key, {}):
-                    shown[key] = {
-                        **shown[key],
-                        "environment": [{"name": e["name"], "value": "***"} for e in shown[key]["environment"]],
-                    }
-            print(f"would submit {shown}")
-            continue
-        job = batch.submit_job(**request)
-        ids.append(job["jobId"])
-        print(f"{job['jobId']}\t{job['jobName']}", flush=True)
+    try:
+        for i, request in enumerate(requests):
+            request = {**request, "jobQueue": args.job_queue, "jobDefinition": definition}
+            if args.dry_run:
+                print(f"would submit {shown_request(request)}")
+                continue
+            job = batch.submit_job(**request)
+            ids.append(job["jobId"])
+            print(f"{job['jobId']}\t{job['jobName']}", flush=True)
+            if sweep is not None:
+                sweep.submitted(i, job["jobId"])
+    finally:
+        if sweep is not None and ids:
+            # also after a failed SubmitJob: the jobs that were submitted are in the manifest, nothing is lost track of
+            sweep.save(complete=len(ids) == len(requests))
+    if sweep is not None and args.dry_run:
+        print(f"would write the manifest of sweep {sweep.name} to {sweep.path}", file=sys.stderr)
     return ids
 
 
@@ -674,10 +824,400 @@ def logs(args: Logs) -> list[tuple[str, str, str]]:
     return rows
 
 
+# ---------------------------------------------------------------------------------------------------
+# Sweeps: the manifest of one `submit`, its status, resubmission of failed runs, and its results brought home.
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def check_sweep_name(name: str) -> str:
+    if not SWEEP_NAME_RE.match(name):
+        fail(f"sweep name {name!r} is invalid: 1-128 letters, digits, '-', '_', '.', starting with a letter or digit")
+    return name
+
+
+def split_s3_url(url: str, what: str) -> tuple[str, str]:
+    """s3://BUCKET/KEY -> (BUCKET, KEY without slashes at either end)."""
+    bucket, _, key = url[5:].partition("/") if url.startswith("s3://") else ("", "", "")
+    if not bucket:
+        fail(f"{what} must look like s3://BUCKET/..., got {url!r}")
+    return bucket, key.strip("/")
+
+
+def job_folder(runs_s3: str, job_id: str) -> tuple[str, str]:
+    """(bucket, key prefix) of a job's folder: cloud/durable.py keeps the job's run in s3://BUCKET/PREFIX/JOB_ID/."""
+    bucket, prefix = split_s3_url(runs_s3, "the runs folder")
+    return bucket, "/".join(p for p in (prefix, job_id.split("#")[0]) if p) + "/"
+
+
+def sweep_url(runs_s3: str, name: str) -> str:
+    """The manifest beside the runs: s3://BUCKET/runs -> s3://BUCKET/sweeps/NAME.json."""
+    bucket, prefix = split_s3_url(runs_s3, "the runs folder")
+    parent = prefix.rpartition("/")[0]
+    return f"s3://{bucket}/" + "/".join(p for p in (parent, "sweeps", f"{name}.json") if p)
+
+
+def run_command(parameters: dict) -> str:
+    """The command cloud/jobs/single.sh starts (under cloud/durable.py) for a job's parameters."""
+    names = ("script", "envId", "totalTimesteps", "seed", "checkpointFrequency")
+    p = {k: parameters.get(k, f"Ref::{k}") for k in names}  # a parameter nobody gave stays Ref::NAME, as in Batch
+    return (
+        f"{p['script']} --env-id {shlex.quote(p['envId'])} --total-timesteps {shlex.quote(p['totalTimesteps'])} "
+        f"--seed {shlex.quote(p['seed'])} --save-model --checkpoint-frequency {shlex.quote(p['checkpointFrequency'])} "
+        "--resume auto"
+    )
+
+
+def without_environment(request: dict) -> dict:
+    """A SubmitJob request as the manifest keeps it: no environment (W&B credentials are never written down)."""
+    request = {**request}
+    overrides = {k: v for k, v in request.pop("containerOverrides", {}).items() if k != "environment"}
+    if overrides:
+        request["containerOverrides"] = overrides
+    return request
+
+
+class NewSweep:
+    """The manifest `submit` writes: every run (script, env id, seed, command) and the job that runs it."""
+
+    def __init__(self, args: Submit, planned: list[Planned]):
+        self.id = uuid.uuid4().hex
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        self.name = check_sweep_name(args.sweep or f"{args.job_name_prefix}-{stamp}-{self.id[:8]}")
+        folder = Path(args.sweeps_dir)
+        if folder.exists() and not folder.is_dir():
+            fail(f"--sweeps-dir {folder} is not a folder")
+        self.path = folder / f"{self.name}.json"
+        if self.path.exists():
+            fail(f"sweep {self.name!r} exists already ({self.path}); give the new one another --sweep name")
+        self.args, self.planned = args, planned
+        self.manifest: dict = {}
+        self.s3 = None
+
+    def open(self, batch, definition_arn: str) -> None:
+        """Read the job definition's image, default parameters and runs folder; check that S3 has no sweep of this
+        name. Before any job is submitted."""
+        found = batch.describe_job_definitions(jobDefinitions=[definition_arn])["jobDefinitions"]
+        container = found[0].get("containerProperties", {}) if found else {}
+        self.image = container.get("image")
+        self.defaults = found[0].get("parameters", {}) if found else {}
+        runs_s3 = {e["name"]: e["value"] for e in container.get("environment", [])}.get("CLEANRL_RUNS_S3")
+        manifest_s3 = sweep_url(runs_s3, self.name) if runs_s3 else None
+        if manifest_s3:
+            from botocore.exceptions import ClientError
+
+            self.s3 = client(self.args, "s3")
+            bucket, key = split_s3_url(manifest_s3, "the manifest")
+            try:
+                self.s3.head_object(Bucket=bucket, Key=key)
+                fail(f"sweep {self.name!r} exists already ({manifest_s3}); give the new one another --sweep name")
+            except ClientError as e:
+                code = e.response.get("Error", {}).get("Code", "?")
+                if code not in ("404", "NoSuchKey", "NotFound"):
+                    # e.g. 403: your credentials may not read sweeps/ of the bucket; the jobs need no manifest
+                    print(f"warning: cannot read {manifest_s3} (AWS HeadObject: {code}): the manifest is written "
+                          f"to {self.path} only", file=sys.stderr)
+                    self.s3 = manifest_s3 = None
+        else:
+            print(f"warning: job definition {definition_arn} sets no CLEANRL_RUNS_S3: its runs stay in the containers, "
+                  "so `collect` cannot bring them home", file=sys.stderr)
+        self.definition = definition_arn
+        self.manifest = {
+            "format": MANIFEST_FORMAT,
+            "sweep": self.name,
+            "id": self.id,
+            "created": utc_now(),
+            "region": batch.meta.region_name,
+            "runs_s3": runs_s3,
+            "manifest_s3": manifest_s3,
+            "runs": [],
+        }
+
+    def submitted(self, index: int, job_id: str) -> None:
+        p = self.planned[index]
+        array = "arrayProperties" in p.request
+        for i, (seed, name) in enumerate(zip(p.seeds, p.names)):
+            request = without_environment({k: v for k, v in p.request.items() if k != "arrayProperties"})
+            request.update(jobName=name, parameters={**p.request["parameters"], "seed": str(seed)})
+            job = {"job_id": f"{job_id}:{i}" if array else job_id, "submitted": utc_now(),
+                   "job_queue": self.args.job_queue, "job_definition": self.definition, "image": self.image}
+            self.manifest["runs"].append({
+                "script": p.script,
+                "env_id": p.env_id,
+                "seed": seed,
+                "command": run_command({**self.defaults, **request["parameters"]}),
+                "request": request,
+                "jobs": [job],
+            })
+
+    def save(self, complete: bool) -> None:
+        where = " and ".join(save_manifest(self.manifest, self.path, self.s3))
+        if complete:
+            print(f"sweep {self.name}: {len(self.manifest['runs'])} runs, manifest {where}", file=sys.stderr)
+        else:
+            print(f"sweep {self.name}: the {len(self.manifest['runs'])} runs submitted before the error are in the "
+                  f"manifest {where}", file=sys.stderr)
+
+
+def save_manifest(manifest: dict, path: Optional[Path], s3) -> list[str]:
+    """Write the manifest whole: to its local file (a temporary name renamed over it) and to S3; where it went."""
+    text = json.dumps(manifest, indent=1) + "\n"
+    written = []
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        written.append(str(path))
+    if manifest.get("manifest_s3") and s3 is not None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, key = split_s3_url(manifest["manifest_s3"], "the manifest")
+        try:
+            s3.put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType="application/json")
+            written.append(manifest["manifest_s3"])
+        except (BotoCoreError, ClientError) as e:
+            # the jobs were submitted: say so, and keep the local copy, rather than fail after the fact
+            if path is None:
+                raise
+            print(f"warning: the manifest is in {path} but not in {manifest['manifest_s3']}: {e}", file=sys.stderr)
+    return written
+
+
+def check_manifest(manifest, where: str) -> dict:
+    try:
+        assert isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT, "not of this format"
+        check_sweep_name(manifest["sweep"])
+        for run in manifest["runs"]:
+            for key in ("script", "env_id", "seed", "command", "request"):
+                run[key]
+            assert run["jobs"] and all(job["job_id"] for job in run["jobs"]), "a run without a job"
+    except (AssertionError, KeyError, TypeError, SubmitError) as e:
+        fail(f"{where} is not a sweep manifest of cloud/submit.py ({type(e).__name__}: {e})")
+    return manifest
+
+
+def sweep_location(args: SweepCommand) -> tuple[Optional[Path], Optional[str]]:
+    """(local file, None) or (None, s3 url) of the sweep the command names; checked before any AWS call."""
+    if not args.sweep:
+        fail("give the sweep: its name, its manifest file or s3://BUCKET/sweeps/NAME.json")
+    if args.sweep.startswith("s3://"):
+        split_s3_url(args.sweep, "the sweep")
+        return None, args.sweep
+    if args.sweep.endswith(".json") or "/" in args.sweep:
+        path = Path(args.sweep)
+    else:
+        path = Path(args.sweeps_dir) / f"{check_sweep_name(args.sweep)}.json"
+    if not path.is_file():
+        fail(f"no sweep manifest {path}" + ("" if "/" in args.sweep else
+             " (a sweep submitted elsewhere: give s3://BUCKET/sweeps/NAME.json, or --sweeps-dir)"))
+    return path, None
+
+
+def load_sweep(args: SweepCommand) -> tuple[dict, Optional[Path], SweepCommand]:
+    """The manifest, its local file (None when read from S3), and the args with the sweep's region when none is
+    given."""
+    path, url = sweep_location(args)
+    if path is not None:
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            fail(f"cannot read the sweep manifest {path}: {e}")
+        manifest = check_manifest(manifest, str(path))
+    else:
+        from botocore.exceptions import ClientError
+
+        bucket, key = split_s3_url(url, "the sweep")
+        try:
+            body = client(args, "s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                fail(f"no sweep manifest at {url}")
+            raise
+        try:
+            manifest = check_manifest(json.loads(body), url)
+        except ValueError as e:
+            fail(f"{url} is not a sweep manifest of cloud/submit.py ({e})")
+    return manifest, path, replace(args, region=args.region or manifest.get("region"))
+
+
+def latest_jobs(batch, manifest: dict) -> dict[str, dict]:
+    """The description of each run's latest job, by job id; DescribeJobs takes 100 ids a call."""
+    return {j["jobId"]: j for j in describe(batch, [run["jobs"][-1]["job_id"] for run in manifest["runs"]])}
+
+
+def status_of(run: dict, jobs: dict[str, dict]) -> str:
+    # Batch forgets a job some days after it ended
+    return jobs.get(run["jobs"][-1]["job_id"], {}).get("status", "NOT_FOUND")
+
+
+def shown_script(script: str) -> str:
+    return script.removeprefix("cleanrl/")
+
+
+def failure_of(job: dict) -> str:
+    attempts = job.get("attempts") or [{}]
+    code = attempts[-1].get("container", {}).get("exitCode")
+    return (job.get("statusReason") or "no reason given") + ("" if code is None else f", exit code {code}")
+
+
+def sweep_status(args: Status) -> dict[tuple[str, str], dict[str, int]]:
+    manifest, _, args = load_sweep(args)
+    jobs = latest_jobs(client(args, "batch"), manifest)
+    counts: dict[tuple[str, str], Counter] = {}
+    for run in manifest["runs"]:
+        counts.setdefault((run["script"], run["env_id"]), Counter())[status_of(run, jobs)] += 1
+    order = [*STATUSES, "NOT_FOUND"]
+    for (script, env_id), c in counts.items():
+        line = ", ".join(f"{s} {c[s]}" for s in order if c[s])
+        print(f"{shown_script(script)}\t{env_id}\t{sum(c.values())} runs\t{line}")
+    total = Counter(status_of(run, jobs) for run in manifest["runs"])
+    said = ", ".join(f"{s} {total[s]}" for s in order if total[s])
+    print(f"sweep {manifest['sweep']}: {len(manifest['runs'])} runs: {said}", file=sys.stderr)
+    for run in manifest["runs"]:
+        if status_of(run, jobs) == "FAILED":
+            job = jobs[run["jobs"][-1]["job_id"]]
+            print(f"FAILED: {shown_script(run['script'])} {run['env_id']} seed {run['seed']}, job {job['jobId']}: "
+                  f"{failure_of(job)}", file=sys.stderr)
+    return {key: dict(c) for key, c in counts.items()}
+
+
+def resubmit(args: Resubmit) -> list[str]:
+    if not args.failed:
+        fail("say which runs to resubmit: --failed (the runs whose latest job FAILED)")
+    manifest, path, args = load_sweep(args)
+    # the W&B credentials of a --track run come from your environment now, as at `submit`
+    environments = {id(run): wandb_environment(shlex.split(run["command"]), "the command of a run")
+                    for run in manifest["runs"]}
+    batch = client(args, "batch")
+    jobs = latest_jobs(batch, manifest)
+    failed = [run for run in manifest["runs"] if status_of(run, jobs) == "FAILED"]
+    if not failed:
+        print(f"sweep {manifest['sweep']}: no run's latest job FAILED; nothing resubmitted", file=sys.stderr)
+        return []
+    for definition in sorted({run["jobs"][-1]["job_definition"] for run in failed}):
+        requests = [run["request"] for run in failed if run["jobs"][-1]["job_definition"] == definition]
+        check_wandb_key(batch, definition, requests)
+    ids = []
+    s3 = client(args, "s3") if manifest.get("manifest_s3") and not args.dry_run else None
+    try:
+        for run in failed:
+            last = run["jobs"][-1]
+            request = {**run["request"], "jobQueue": last["job_queue"], "jobDefinition": last["job_definition"]}
+            if environments[id(run)]:
+                overrides = {**request.get("containerOverrides", {}), "environment": environments[id(run)]}
+                request["containerOverrides"] = overrides
+            what = f"{shown_script(run['script'])} {run['env_id']} seed {run['seed']}"
+            if args.dry_run:
+                print(f"would resubmit {what} (job {last['job_id']} FAILED): {shown_request(request)}")
+                continue
+            job = batch.submit_job(**request)
+            run["jobs"].append({"job_id": job["jobId"], "submitted": utc_now(), "job_queue": last["job_queue"],
+                                "job_definition": last["job_definition"], "image": last.get("image")})
+            ids.append(job["jobId"])
+            print(f"{job['jobId']}\t{job['jobName']}", flush=True)
+            print(f"resubmitted {what}: job {last['job_id']} FAILED ({failure_of(jobs[last['job_id']])}), "
+                  f"now job {job['jobId']}", file=sys.stderr)
+    finally:
+        where = save_manifest(manifest, path, s3) if ids else []
+    if ids:
+        print(f"sweep {manifest['sweep']}: resubmitted {len(ids)} FAILED run(s); manifest {' and '.join(where)}",
+              file=sys.stderr)
+    return ids
+
+
+def kept_module():
+    """benchmark/kept.py, the writer of the per-run records benchmark/report.py reads (a tool, not a script)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmark import kept
+
+    return kept
+
+
+def download_folder(s3, bucket: str, prefix: str, dest: Path, checkpoints: bool) -> int:
+    """Every file of s3://BUCKET/PREFIX into dest (checkpoint.pt only with `checkpoints`); a file already there with
+    the same size is kept. The number of files downloaded."""
+    count = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            relative = obj["Key"][len(prefix):]
+            parts = Path(relative).parts
+            if not parts or ".." in parts or Path(relative).is_absolute():
+                fail(f"s3://{bucket}/{obj['Key']} does not name a file inside the job's folder; not downloading it")
+            if parts[-1] == "checkpoint.pt" and not checkpoints:
+                continue
+            local = dest / relative
+            if local.is_file() and local.stat().st_size == obj["Size"]:
+                continue
+            local.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, obj["Key"], str(local))  # to a temporary name, renamed when whole
+            count += 1
+    return count
+
+
+def collect(args: Collect) -> dict:
+    manifest, _, args = load_sweep(args)
+    out = Path(args.out) if args.out else Path(args.sweeps_dir) / manifest["sweep"]
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} is not a folder")
+    if not manifest.get("runs_s3"):
+        fail(f"sweep {manifest['sweep']} has no runs folder in S3 (its job definition set no CLEANRL_RUNS_S3)")
+    kept = kept_module()
+    from botocore.exceptions import ClientError
+
+    jobs = latest_jobs(client(args, "batch"), manifest)
+    s3 = client(args, "s3")
+    finished, skipped = [], Counter()
+    for run in manifest["runs"]:
+        job_id = run["jobs"][-1]["job_id"]
+        status = status_of(run, jobs)
+        if status != "SUCCEEDED":
+            skipped["FAILED" if status == "FAILED" else f"unfinished ({status})"] += 1
+            continue
+        bucket, folder = job_folder(manifest["runs_s3"], job_id)
+        try:
+            marker = json.loads(s3.get_object(Bucket=bucket, Key=folder + MARKER)["Body"].read())
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
+                raise
+            skipped[f"SUCCEEDED without {MARKER}"] += 1
+            continue
+        record = kept.kept_path(out, Path(run["script"]).stem, run["env_id"], run["seed"])
+        if record.exists():
+            old = kept.read_kept(record)
+            if old.get("job_id") != job_id:
+                fail(f"{record} holds a run of another job ({old.get('job_id', 'not a sweep job')}); collect into "
+                     "another --out folder")
+        finished.append((run, job_id, bucket, folder, marker, record))
+    jobs_dir = out / "jobs"
+    collected = []
+    for run, job_id, bucket, folder, marker, record in finished:
+        local = jobs_dir / re.sub(r"[^A-Za-z0-9_.-]", "_", job_id)
+        download_folder(s3, bucket, folder, local, args.checkpoints)
+        command = kept.portable_command(marker.get("command") or shlex.split(run["command"]))
+        try:
+            kept.write_kept(record, Path(run["script"]).stem, run["env_id"], run["seed"], command, local, None,
+                            finished=marker.get("finished"), machine=f"AWS Batch, {run['jobs'][-1]['job_queue']}",
+                            extra={"sweep": manifest["sweep"], "job_id": job_id})
+        except ValueError as e:
+            skipped[f"finished, but not one run's event files ({e})"] += 1
+            continue
+        collected.append(record)
+        print(f"{record}\t{job_id}")
+    said = "; ".join(f"{n} {why}" for why, n in skipped.items())
+    print(f"sweep {manifest['sweep']}: collected {len(collected)} of {len(manifest['runs'])} runs into {out} (their "
+          f"files in {jobs_dir})" + (f"; skipped {sum(skipped.values())}: {said}" if skipped else ""), file=sys.stderr)
+    return {"collected": collected, "skipped": dict(skipped), "out": out}
+
+
 def main(args: Command) -> object:
     if isinstance(args, Submit):
-        requests = plan_jobs(args)
-        ids = submit_requests(args, requests)
+        planned = plan_sweep(args)
+        sweep = NewSweep(args, planned)
+        ids = submit_requests(args, [p.request for p in planned], sweep)
         print(f"submitted {len(ids)} job(s) to {args.job_queue}", file=sys.stderr)
         return ids
     if isinstance(args, SubmitMultinode):
@@ -695,6 +1235,12 @@ def main(args: Command) -> object:
         return cancel(args)
     if isinstance(args, Logs):
         return logs(args)
+    if isinstance(args, Status):
+        return sweep_status(args)
+    if isinstance(args, Resubmit):
+        return resubmit(args)
+    if isinstance(args, Collect):
+        return collect(args)
     raise AssertionError(f"unknown command {args!r}")
 
 

@@ -52,6 +52,30 @@ variable "multinode_instance_types" {
   default     = ["g5.48xlarge", "g6e.48xlarge", "p4d.24xlarge"]
 }
 
+variable "multinode_instance_type" {
+  description = "The one instance type of every node of a multi-node job (the job definition's instanceType): one of multinode_instance_types. The nodes' ranks step in lockstep, so one slower GPU would hold all back."
+  type        = string
+  default     = "g5.48xlarge"
+}
+
+variable "multinode_subnet_ids" {
+  description = "Subnets of the multi-node compute environment (gpu-multinode); empty means subnet_ids. Multi-node jobs run in the awsvpc network mode, whose network interfaces get no public IP: outside the VPC their containers reach only S3 (through the S3 gateway endpoint, s3_gateway_endpoint) unless these are private subnets behind a NAT gateway, which W&B (--track) needs. Give subnets of one Availability Zone with multinode_placement_group."
+  type        = list(string)
+  default     = []
+}
+
+variable "multinode_placement_group" {
+  description = "Name of an existing cluster placement group for the multi-node compute environment (aws ec2 create-placement-group --group-name NAME --strategy cluster); empty: none. It keeps the nodes of a job close, in one Availability Zone: give multinode_subnet_ids of that zone."
+  type        = string
+  default     = ""
+}
+
+variable "s3_gateway_endpoint" {
+  description = "If true, an S3 gateway endpoint on the route tables of subnet_ids and multinode_subnet_ids, so that multi-node jobs (no public IP) reach the runs bucket without a NAT gateway. Set false when those route tables already route S3 through a gateway endpoint."
+  type        = bool
+  default     = true
+}
+
 variable "multinode_max_vcpus" {
   description = "Upper bound of vCPUs of the multi-node compute environment. It must hold every node of a job at once: 384 places 2 nodes of the largest default type (2 x 192); 2 x 8-GPU nodes never start below 2 x the type's vCPUs. This caps the cost."
   type        = number

@@ -73,6 +73,12 @@ class MotoServer:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.read()
 
+    def job_exited(self, job_id: str, exit_code: int) -> str:
+        """A RUNNING job of a queue in CLEANRL_MOTO_RUNNING_QUEUES ends as its container did; its new status."""
+        return json.loads(self.post("/moto-api/cleanrl/batch-job-exit", {"jobId": job_id, "exitCode": exit_code}))[
+            "status"
+        ]
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -193,6 +199,33 @@ def _patch_moto():
             job._mark_stopped(success=False)
 
     Job.terminate = stop
+
+    # Nor does any container run the command of a RUNNING job of those queues: a test runs it itself, as the container
+    # would, and reports how it exited with POST /moto-api/cleanrl/batch-job-exit {"jobId": ID, "exitCode": N}
+    # (MotoServer.job_exited). The job then stops as Batch stops it: SUCCEEDED on 0, else FAILED, with the exit code;
+    # an array job stops once all its children have, SUCCEEDED only if every child did.
+    from moto.batch.models import batch_backends
+    from moto.moto_api._internal import urls as moto_api_urls
+
+    def job_exit(request, full_url, headers):
+        body = json.loads(request.environ["wsgi.input"].read(int(headers["Content-Length"])))
+        job_id, code = body["jobId"], int(body["exitCode"])
+        found = [b._jobs[job_id] for accounts in batch_backends.values() for b in accounts.values() if job_id in b._jobs]
+        if not found or found[0].status != JobStatus.RUNNING:
+            return 400, {}, f"no RUNNING job {job_id}"
+        job = found[0]
+        job.exit_code = code
+        job.job_stopped_reason = "Essential container in task exited"
+        if job.latest_attempt:
+            job.latest_attempt["container"]["exitCode"] = code
+        job._mark_stopped(success=code == 0)
+        parent_id, _, index = job_id.partition(":")
+        parent = job.backend._jobs.get(parent_id) if index else None
+        if parent is not None and parent._child_jobs and all(c.job_stopped for c in parent._child_jobs):
+            parent._mark_stopped(success=all(c.status == JobStatus.SUCCEEDED for c in parent._child_jobs))
+        return 200, {}, json.dumps({"jobId": job_id, "status": job.status})
+
+    moto_api_urls.url_paths["{0}/moto-api/cleanrl/batch-job-exit"] = job_exit
 
 
 if __name__ == "__main__":

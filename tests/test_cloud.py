@@ -51,8 +51,9 @@ def moto(tmp_path_factory):
 
 
 @pytest.fixture
-def aws(moto, monkeypatch):
-    """This process talks to the local endpoint only, with fake credentials."""
+def aws(moto, monkeypatch, tmp_path):
+    """This process talks to the local endpoint only, with fake credentials, in an empty working directory (where
+    `submit` writes its sweep manifests, sweeps/NAME.json)."""
     for key in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(key)
     for key, value in aws_env(moto.endpoint).items():
@@ -60,6 +61,7 @@ def aws(moto, monkeypatch):
             monkeypatch.setenv(key, value)
     for key in submit.WANDB_VARIABLES:
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
     return moto
 
 
@@ -112,9 +114,9 @@ def run_cli_file(moto, name: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def cli_infra(moto, tmp_path_factory, tf_background):
-    """The resources of cloud/examples/setup.sh (queue cleanrl-cpu-spot, definitions cleanrl-single and
-    cleanrl-multinode), made with the AWS CLI; removed with teardown.sh by test_docs_cli_teardown, or at the end
-    of the module."""
+    """The resources of cloud/examples/setup.sh (queues cleanrl-queue and cleanrl-cpu-spot, definitions cleanrl-ppo,
+    cleanrl-single and cleanrl-multinode), made with the AWS CLI; removed with teardown.sh by test_docs_cli_teardown,
+    or at the end of the module."""
     net = network(moto, "10.20.0.0/16")
     work = tmp_path_factory.mktemp("cli")
     (work / "cloud").mkdir()
@@ -145,6 +147,8 @@ def cli_teardown(moto, state):
     assert "cleanrl-runs-123456789012-us-east-1" in {b["Name"] for b in boto(moto, "s3").list_buckets()["Buckets"]}
     assert batch.describe_compute_environments(computeEnvironments=["cleanrl-cpu-spot"])["computeEnvironments"] == []
     assert batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"] == []
+    templates = boto(moto, "ec2").describe_launch_templates()["LaunchTemplates"]
+    assert "cleanrl-batch" not in {t["LaunchTemplateName"] for t in templates}
 
 
 def cli(*argv: str):
@@ -808,7 +812,19 @@ def tf_background(moto, tmp_path_factory):
     # the committed lock file: init must accept it as it is (the mirror's package matches its hash)
     shutil.copy(CLOUD / ".terraform.lock.hcl", module)
     shutil.copytree(CLOUD / "jobs", module / "jobs")
+    (module / "examples").mkdir()
+    shutil.copy(EXAMPLES / "user_data.mime", module / "examples")
     net = network(moto, "10.30.0.0/16")
+    # the multi-node jobs' subnet, with a route table of its own (the first subnet uses the VPC's main one)
+    ec2 = boto(moto, "ec2")
+    net["multinode_subnet"] = ec2.create_subnet(VpcId=net["vpc"], CidrBlock="10.30.2.0/24")["Subnet"]["SubnetId"]
+    net["multinode_route_table"] = ec2.create_route_table(VpcId=net["vpc"])["RouteTable"]["RouteTableId"]
+    ec2.associate_route_table(RouteTableId=net["multinode_route_table"], SubnetId=net["multinode_subnet"])
+    (net["main_route_table"],) = [
+        t["RouteTableId"]
+        for t in ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [net["vpc"]]}])["RouteTables"]
+        if any(a.get("Main") for a in t["Associations"])
+    ]
     # the W&B key, kept in Secrets Manager as docs/cloud.md says
     secret = boto(moto, "secretsmanager").create_secret(Name="tftest/wandb", SecretString=SECRET)["ARN"]
     (module / "terraform.tfvars.json").write_text(
@@ -821,6 +837,9 @@ def tf_background(moto, tmp_path_factory):
                 "cpu_max_vcpus": 32,
                 "gpu_instance_types": ["g5.xlarge"],
                 "wandb_secret_arn": secret,
+                "multinode_subnet_ids": [net["multinode_subnet"]],
+                "multinode_placement_group": "tftest-multinode",
+                "multinode_instance_type": "p4d.24xlarge",
             }
         )
     )
@@ -831,7 +850,7 @@ def tf_background(moto, tmp_path_factory):
         f" && {tf} apply -auto-approve -input=false -no-color > {work}/apply.log 2>&1"
     )
     proc = subprocess.Popen(["bash", "-c", steps], env=env)
-    state = {"binary": binary, "module": module, "env": env, "work": work, "proc": proc, "secret": secret}
+    state = {"binary": binary, "module": module, "env": env, "work": work, "proc": proc, "secret": secret, "net": net}
     yield state
     for running in (proc, state.get("destroy")):
         if running is not None and running.poll() is None:
@@ -867,12 +886,13 @@ ARTICLE_COMMANDS = [
 
 def test_docs_cli_commands_run(cli_infra, moto, fake_bin):
     """cloud/examples/setup.sh ran in the fixture; submit.sh is the docs' submit/describe/list/terminate, and starts
-    with the CleanRL articles' two commands, verbatim. (moto keeps the jobs of cleanrl-queue RUNNING: see
-    tests/cloud_fixtures.py.)"""
+    with the CleanRL articles' two commands, verbatim, as does articles.sh, which the docs show. (moto keeps the jobs
+    of cleanrl-queue RUNNING: see tests/cloud_fixtures.py.)"""
     text = (EXAMPLES / "submit.sh").read_text()
-    docs = (ROOT / "docs" / "cloud.md").read_text()
+    articles = (EXAMPLES / "articles.sh").read_text()
+    assert '--8<-- "cloud/examples/articles.sh"' in (ROOT / "docs" / "cloud.md").read_text().splitlines()
     for command in ARTICLE_COMMANDS:
-        assert command in text.splitlines() and command in docs.splitlines(), command
+        assert command in text.splitlines() and command in articles.splitlines(), command
     proc = run_cli_file(moto, "submit.sh", cli_infra["work"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     batch = boto(moto, "batch")
@@ -974,7 +994,6 @@ BAD_INPUTS = [
     (["submit", "--no-build", "--seeds", "1", "1"], "--seeds has repeated values"),
     (["submit", "--no-build", "--scripts", "nope.py"], "script 'nope.py' is not a file of this repository"),
     (["submit", "--no-build", "--extra-args=--exp-name 'x"], "--extra-args is not valid shell text"),
-    (["submit", "--no-build", "--extra-args=--track"], "--track but WANDB_API_KEY is not set"),
     (["submit", "--image", "x:y"], "--image is for --no-build"),
     (["submit", "--no-build", "--job-definition", "bad/name"], "job definition name 'bad/name' is invalid"),
     (["submit-multinode", "--no-build", "--num-nodes", "0"], "--num-nodes must be at least 1"),
@@ -1048,6 +1067,28 @@ def recording(monkeypatch, event: str) -> list:
 
     monkeypatch.setattr(submit, "client", recording_client)
     return called
+
+
+def test_track_takes_the_wandb_key_from_the_job_definitions_secret(cli_infra, aws, capsys, monkeypatch):
+    """--track without WANDB_API_KEY here: refused before any job while the job definition has no key, submitted
+    when the definition gets it from Secrets Manager (terraform's wandb_secret_arn), with no key in the request."""
+    batch = boto(aws, "batch")
+    single = max(batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"],
+                 key=lambda d: d["revision"])
+    sent = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
+    with pytest.raises(SystemExit) as exc:
+        cli("submit", "--no-build", "--job-definition", "cleanrl-single", "--seeds", "3", "--extra-args=--track")
+    assert str(exc.value.code).startswith("error: --track needs the W&B key: set WANDB_API_KEY") and sent == []
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:cleanrl-wandb-AbCdEf"
+    container = {**single["containerProperties"], "secrets": [{"name": "WANDB_API_KEY", "valueFrom": secret}]}
+    batch.register_job_definition(jobDefinitionName="cleanrl-tracked", type="container",
+                                  containerProperties=container, parameters=single.get("parameters", {}))
+    ids = cli("submit", "--no-build", "--job-definition", "cleanrl-tracked", "--seeds", "3", "--extra-args=--track")
+    assert len(ids) == 1 and len(sent) == 1
+    assert "WANDB_API_KEY" not in json.dumps(sent[0][1])  # the key comes from the secret, in the container only
+    assert sent[0][1]["parameters"]["script"].endswith("--track")
+    batch.deregister_job_definition(jobDefinition="cleanrl-tracked:1")
+    capsys.readouterr()
 
 
 def test_submit_one_job_per_script_env_and_seed(cli_infra, aws, capsys, monkeypatch):
@@ -1270,6 +1311,14 @@ with open({str(log)!r}, "a") as f:
     f.write(json.dumps({{"argv": sys.argv[1:], "docker_config": config,
                          "config_exists": bool(config) and os.path.isdir(config),
                          "stdin_sha256": hashlib.sha256(stdin.encode()).hexdigest() if stdin else None}}) + "\\n")
+if sys.argv[1] == "push" and os.environ.get("AWS_ENDPOINT_URL"):
+    # what a push leaves in the registry: a manifest under the tag (the local endpoint's ECR, from the URI)
+    import boto3
+    repository, tag = sys.argv[2].split("/", 1)[1].rsplit(":", 1)
+    manifest = json.dumps({{"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                           "config": {{"digest": "sha256:" + hashlib.sha256(
+        open({str(log)!r}).read().encode()).hexdigest()}}}})
+    boto3.client("ecr").put_image(repositoryName=repository, imageManifest=manifest, imageTag=tag)
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return {"bin": bin_dir, "log": log}
@@ -1321,7 +1370,10 @@ def test_build_push_submit_writes_no_secret(cli_infra, aws, tmp_path, fake_docke
 
     job = describe_all(aws, [job_id])[job_id]
     definition = boto(aws, "batch").describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"][0]
-    assert definition["containerProperties"]["image"] == image
+    # the job definition runs this build by its digest, which a later push of the same tag cannot change
+    digest = ecr.describe_images(repositoryName="cleanrl", imageIds=[{"imageTag": "t1"}])["imageDetails"][0]
+    assert definition["containerProperties"]["image"] == f"{repo['repositoryUri']}@{digest['imageDigest']}"
+    assert f"image {image} is {repo['repositoryUri']}@sha256:" in proc.stderr
     assert env_of(job)["WANDB_API_KEY"] == SECRET
     assert SECRET not in proc.stdout + proc.stderr and password not in proc.stdout + proc.stderr
 
@@ -1385,6 +1437,27 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     version = ec2.describe_launch_template_versions(LaunchTemplateId=template_id)["LaunchTemplateVersions"]
     root = version[-1]["LaunchTemplateData"]["BlockDeviceMappings"][0]
     assert root["DeviceName"] == "/dev/xvda" and root["Ebs"]["VolumeSize"] == 200 and root["Ebs"]["Encrypted"]
+    # IMDSv2 only (hop limit 2: the job's container reads the Spot notice), and the ECS agent's settings for reclaims
+    metadata = version[-1]["LaunchTemplateData"]["MetadataOptions"]
+    assert metadata["HttpTokens"] == "required" and metadata["HttpPutResponseHopLimit"] == 2
+    user_data = base64.b64decode(version[-1]["LaunchTemplateData"]["UserData"])
+    assert user_data == (EXAMPLES / "user_data.mime").read_bytes()
+    # the ECS-optimized Amazon Linux 2023 AMIs, with the NVIDIA driver for the GPU environments
+    for name, env in envs.items():
+        image_type = "ECS_AL2023_NVIDIA" if "-gpu-" in name else "ECS_AL2023"
+        assert env["computeResources"]["ec2Configuration"] == [{"imageType": image_type}], name
+    # the multi-node environment: its own subnets and the cluster placement group; the others neither
+    net = tf_env["net"]
+    assert multinode_env["subnets"] == [net["multinode_subnet"]]
+    assert multinode_env["placementGroup"] == "tftest-multinode"
+    for name, env in envs.items():
+        if name != "tftest-gpu-multinode":
+            assert env["computeResources"]["subnets"] == [net["subnet"]], name
+            assert "placementGroup" not in env["computeResources"], name
+    # the S3 gateway endpoint on the route tables of both subnets: the main one and the multi-node subnet's own
+    (endpoint,) = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [net["vpc"]]}])["VpcEndpoints"]
+    assert endpoint["ServiceName"] == f"com.amazonaws.{REGION}.s3" and endpoint["VpcEndpointType"] == "Gateway"
+    assert sorted(endpoint["RouteTableIds"]) == sorted([net["main_route_table"], net["multinode_route_table"]])
     queues = {
         q["jobQueueName"]: q
         for q in batch.describe_job_queues(jobQueues=list(out["job_queues"]["value"].values()))["jobQueues"]
@@ -1409,6 +1482,13 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
     assert_tls_only(s3, bucket)
     iam = boto(moto, "iam")
+    # Batch assumes its service role for this account only; EC2 and ECS assume the others without a condition
+    (trust,) = iam.get_role(RoleName="tftest-batch-service")["Role"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "batch.amazonaws.com"}
+    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": "123456789012"}}
+    for role in ("tftest-batch-instance", "tftest-job", "tftest-execution", "tftest-spot-fleet"):
+        (trust,) = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]["Statement"]
+        assert "Condition" not in trust, role
     policy = iam.get_role_policy(RoleName="tftest-job", PolicyName="runs-bucket")["PolicyDocument"]
     resources = set()
     for statement in policy["Statement"]:
@@ -1448,6 +1528,7 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     multi = batch.describe_job_definitions(jobDefinitionName="tftest-multinode", status="ACTIVE")["jobDefinitions"][0]
     node = multi["nodeProperties"]["nodeRangeProperties"][0]["container"]
     assert multi["type"] == "multinode" and multi["nodeProperties"]["numNodes"] == 2
+    assert node["instanceType"] == "p4d.24xlarge"  # every node of a job on one instance type
     assert node["command"][2] == (CLOUD / "jobs" / "multinode.sh").read_text()
     # 8 GPUs a node, with vCPUs and memory for 8, a large /dev/shm, NCCL off lo/docker/ecs, a long rendezvous
     assert sorted(node["resourceRequirements"], key=lambda r: r["type"]) == [
@@ -1464,6 +1545,11 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     # A second plan finds nothing to change (exit code 0; 2 would mean a diff).
     plan = terraform(tf_env, "plan", "-detailed-exitcode", "-input=false", ok=(0, 2))
     assert plan.returncode == 0, plan.stdout[-4000:]
+    # a multi-node instance type outside the multi-node environment's types is refused before anything changes
+    wrong = terraform(
+        tf_env, "plan", "-refresh=false", "-input=false", "-var", "multinode_instance_type=c5.large", ok=(1,)
+    )
+    assert "multinode_instance_type must be one of multinode_instance_types" in " ".join(wrong.stderr.split())
     # destroy's waiters sleep about a minute: it runs in the background while the CLI teardown test runs
     start_destroy(tf_env)
 
@@ -1501,6 +1587,10 @@ def test_terraform_destroy(tf_background, moto):
     assert batch.describe_compute_environments(computeEnvironments=queues)["computeEnvironments"] == []
     assert "tftest-runs-123456789012-us-east-1" not in {b["Name"] for b in boto(moto, "s3").list_buckets()["Buckets"]}
     assert not [r for r in boto(moto, "iam").list_roles()["Roles"] if r["RoleName"].startswith("tftest-")]
+    # moto keeps listing a deleted endpoint, in the state "deleted"
+    vpc = tf_env["net"]["vpc"]
+    endpoints = boto(moto, "ec2").describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["VpcEndpoints"]
+    assert {e["State"].lower() for e in endpoints} <= {"deleted"}
     assert not [
         g for g in boto(moto, "logs").describe_log_groups()["logGroups"] if g["logGroupName"] == "/aws/batch/tftest"
     ]

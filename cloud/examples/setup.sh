@@ -1,40 +1,36 @@
-# One-time set-up with the plain AWS CLI (the resources of `terraform apply` in cloud/, CPU Spot only): roles, the
-# runs bucket, a compute environment, the queues cleanrl-cpu-spot and cleanrl-queue, and the job definitions
-# cleanrl-single, cleanrl-ppo (revision 1: the one the CleanRL articles name) and cleanrl-multinode.
-# First replace the placeholders (docs/cloud.md lists them): account id 111122223333 and region us-east-1 in the
-# JSON files, the subnet and security group in compute_env.json; run from the repository root.
+# One-time set-up with the plain AWS CLI (the resources of `terraform apply` in cloud/, CPU Spot only): what
+# prerequisites.sh makes (roles, runs bucket, repository, log group, launch template), the compute environment
+# cleanrl-cpu-spot, the queues cleanrl-queue and cleanrl-cpu-spot on it, and the job definitions cleanrl-ppo
+# (revision 1 on a fresh account: the one the CleanRL articles name), cleanrl-single and cleanrl-multinode.
+# What exists already is left as it is, so setup.sh runs again without harm, also after the articles' commands.
+# First replace the placeholders (docs/cloud.md lists them); run from the repository root.
 set -euo pipefail
-ACCOUNT="$(aws sts get-caller-identity --query Account --output text)"
-REGION="${AWS_REGION:-${AWS_DEFAULT_REGION:-$(aws configure get region)}}"
-BUCKET="cleanrl-runs-${ACCOUNT}-${REGION}"
-aws iam create-role --role-name cleanrl-batch-service --assume-role-policy-document file://cloud/examples/trust_batch.json
-aws iam attach-role-policy --role-name cleanrl-batch-service --policy-arn arn:aws:iam::aws:policy/service-role/AWSBatchServiceRole
-aws iam create-role --role-name cleanrl-batch-instance --assume-role-policy-document file://cloud/examples/trust_ec2.json
-aws iam attach-role-policy --role-name cleanrl-batch-instance --policy-arn arn:aws:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role
-aws iam create-instance-profile --instance-profile-name cleanrl-batch-instance
-aws iam add-role-to-instance-profile --instance-profile-name cleanrl-batch-instance --role-name cleanrl-batch-instance
-# the runs bucket: encrypted, versioned, never public, old versions deleted after 7 days, TLS only
-if [ "${REGION}" = us-east-1 ]; then
-  aws s3api create-bucket --bucket "${BUCKET}"
-else
-  aws s3api create-bucket --bucket "${BUCKET}" --create-bucket-configuration "LocationConstraint=${REGION}"
+. cloud/examples/prerequisites.sh
+if [ "$(aws batch describe-compute-environments --compute-environments cleanrl-cpu-spot --query 'length(computeEnvironments)' --output text)" = 0 ]; then
+  aws batch create-compute-environment --cli-input-json file://cloud/examples/compute_env.json
 fi
-aws s3api put-bucket-encryption --bucket "${BUCKET}" --server-side-encryption-configuration '{"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}'
-aws s3api put-bucket-versioning --bucket "${BUCKET}" --versioning-configuration Status=Enabled
-aws s3api put-public-access-block --bucket "${BUCKET}" --public-access-block-configuration BlockPublicAcls=true,IgnorePublicAcls=true,BlockPublicPolicy=true,RestrictPublicBuckets=true
-aws s3api put-bucket-lifecycle-configuration --bucket "${BUCKET}" --lifecycle-configuration file://cloud/examples/bucket_lifecycle.json
-aws s3api put-bucket-policy --bucket "${BUCKET}" --policy "{\"Version\": \"2012-10-17\", \"Statement\": [{\"Sid\": \"TLSOnly\", \"Effect\": \"Deny\", \"Principal\": \"*\", \"Action\": \"s3:*\", \"Resource\": [\"arn:aws:s3:::${BUCKET}\", \"arn:aws:s3:::${BUCKET}/*\"], \"Condition\": {\"Bool\": {\"aws:SecureTransport\": \"false\"}}}]}"
-# the job role (the runs bucket's runs/ prefix only) and the execution role (image, logs, a W&B secret)
-aws iam create-role --role-name cleanrl-job --assume-role-policy-document file://cloud/examples/trust_ecs_tasks.json
-aws iam put-role-policy --role-name cleanrl-job --policy-name runs-bucket --policy-document file://cloud/examples/job_role_policy.json
-aws iam create-role --role-name cleanrl-execution --assume-role-policy-document file://cloud/examples/trust_ecs_tasks.json
-aws iam attach-role-policy --role-name cleanrl-execution --policy-arn arn:aws:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy
-aws ecr create-repository --repository-name cleanrl
-aws logs create-log-group --log-group-name /aws/batch/cleanrl
-aws batch create-compute-environment --cli-input-json file://cloud/examples/compute_env.json
-until [ "$(aws batch describe-compute-environments --compute-environments cleanrl-cpu-spot --query 'computeEnvironments[0].status' --output text)" = VALID ]; do sleep 5; done
-aws batch create-job-queue --cli-input-json file://cloud/examples/job_queue.json
-aws batch create-job-queue --cli-input-json file://cloud/examples/job_queue_default.json
-aws batch register-job-definition --cli-input-json file://cloud/examples/job_definition_ppo.json
-aws batch register-job-definition --cli-input-json file://cloud/examples/job_definition.json
-aws batch register-job-definition --cli-input-json file://cloud/examples/job_definition_multinode.json
+# a queue takes only a VALID compute environment (Batch creates it asynchronously)
+while true; do
+  status="$(aws batch describe-compute-environments --compute-environments cleanrl-cpu-spot --query 'computeEnvironments[0].[status,statusReason]' --output text)"
+  case "${status}" in
+    VALID*) break ;;
+    CREATING* | UPDATING*) sleep 5 ;;
+    *) echo "error: compute environment cleanrl-cpu-spot is ${status}" >&2; exit 1 ;;
+  esac
+done
+queue() {  # NAME JSON_FILE
+  if [ "$(aws batch describe-job-queues --job-queues "$1" --query 'length(jobQueues)' --output text)" = 0 ]; then
+    aws batch create-job-queue --cli-input-json "file://$2"
+  fi
+}
+queue cleanrl-queue cloud/examples/job_queue.json
+queue cleanrl-cpu-spot cloud/examples/job_queue_cpu_spot.json
+# a job definition is registered when it has no active revision (each registration makes a new revision)
+definition() {  # NAME JSON_FILE
+  if [ "$(aws batch describe-job-definitions --job-definition-name "$1" --status ACTIVE --query 'length(jobDefinitions)' --output text)" = 0 ]; then
+    aws batch register-job-definition --cli-input-json "file://$2"
+  fi
+}
+definition cleanrl-ppo cloud/examples/job_definition_ppo.json  # first: on a fresh account it is cleanrl-ppo:1
+definition cleanrl-single cloud/examples/job_definition.json
+definition cleanrl-multinode cloud/examples/job_definition_multinode.json

@@ -1,4 +1,5 @@
-# Remove what setup.sh created, except the runs bucket (it holds the results; see docs/cloud.md to delete it).
+# Remove what setup.sh (and prerequisites.sh) created, except the runs bucket (it holds the results; see
+# docs/cloud.md to delete it).
 # Queues and compute environments are disabled, then deleted; each step waits for the previous one, as Batch
 # applies them asynchronously.
 set -euo pipefail
@@ -15,6 +16,7 @@ aws batch update-compute-environment --compute-environment cleanrl-cpu-spot --st
 until [ "$(aws batch describe-compute-environments --compute-environments cleanrl-cpu-spot --query 'computeEnvironments[0].status' --output text)" = VALID ]; do sleep 5; done
 aws batch delete-compute-environment --compute-environment cleanrl-cpu-spot
 until [ "$(aws batch describe-compute-environments --compute-environments cleanrl-cpu-spot --query 'length(computeEnvironments)' --output text)" = 0 ]; do sleep 5; done
+aws ec2 delete-launch-template --launch-template-name cleanrl-batch >/dev/null
 aws logs delete-log-group --log-group-name /aws/batch/cleanrl
 aws ecr delete-repository --repository-name cleanrl --force
 aws iam remove-role-from-instance-profile --instance-profile-name cleanrl-batch-instance --role-name cleanrl-batch-instance
