@@ -24,6 +24,14 @@ def test_releases_compare_by_number_and_requirements_by_clause():
     assert install.satisfies("2.4", "torch>=2.4.0") and not install.satisfies("2.4.0", "torch!=2.4")
 
 
+def test_the_project_reads_the_same_without_tomllib(monkeypatch):
+    """Python 3.10 has no tomllib: the installer then reads pyproject.toml by pattern, to the same answer."""
+    with_tomllib = install.project_metadata()
+    assert with_tomllib[0] == REQ and "atari" in with_tomllib[1]
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # `import tomllib` now raises ImportError
+    assert install.project_metadata() == with_tomllib
+
+
 def plan(**kw):
     defaults = dict(torch_installed=None, platform="linux", gpu=False, cpu_index=False, cpu_builds=[])
     return install.torch_step(REQ, **defaults | kw)
