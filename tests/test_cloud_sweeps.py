@@ -370,10 +370,14 @@ def test_status_pages_describe_jobs_and_resubmit_keeps_no_secret(aws, tmp_path, 
     cli("cancel", "--terminate", f"{parent}:7", "--reason", "lost its instance")  # FAILED (tests/cloud_fixtures.py)
     capsys.readouterr()
 
-    # without the key in the environment, a --track run is not resubmitted: one line, before any AWS call
+    # without the key in the environment, and none in the job definition (no Secrets Manager secret), a --track run
+    # is not resubmitted: one line, before any SubmitJob
     monkeypatch.delenv("WANDB_API_KEY")
-    with pytest.raises(SystemExit, match="^error: the command of a run has --track but WANDB_API_KEY is not set"):
+    submitted = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
+    with pytest.raises(SystemExit, match="^error: --track needs the W&B key: set WANDB_API_KEY in your environment, "
+                                         "or give the job definition cleanrl-single:1 a WANDB_API_KEY secret"):
         cli("resubmit", "wide", "--failed")
+    assert submitted == []
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     calls.clear()
     (again,) = cli("resubmit", "wide", "--failed")
