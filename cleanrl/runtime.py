@@ -297,11 +297,11 @@ class Progress:
     def recent_return(self) -> str:
         return f"{np.mean(self.returns):.1f}" if self.returns else "-"
 
-    def returns_said(self) -> str:
+    def returns_said(self, run_over: bool = False) -> str:
         """The episodes' returns in words: 'mean return of the last 3 episodes 21.7', or that none has ended."""
         n = len(self.returns)
         if n == 0:
-            return "no episode finished yet"
+            return "no episode finished" if run_over else "no episode finished yet"
         return f"mean return of the last {n} episode{'s' if n > 1 else ''} {self.recent_return()}"
 
     def update(self, global_step: int, sps: int, during: str = "") -> None:
@@ -522,7 +522,7 @@ class Run:
             elapsed = f"{time.time() - self.wall_start:.0f} s"
             resumed = f"; {elapsed} since resuming at step {self.global_step}"
             took = f" in {elapsed}" if self.checkpoint is None else resumed
-            returns = self.progress.returns_said().replace("no episode finished yet", "no episode finished")
+            returns = self.progress.returns_said(run_over=True)
             say(f"done: {global_step} steps{took}, {returns}; logs in {self.dir}{saved}")
         self.close()
 

@@ -208,6 +208,7 @@ def test_progress_plain_lines_at_the_interval(capsys, monkeypatch):
 def test_progress_says_how_many_episodes_its_mean_covers(capsys):
     progress = runtime.Progress(1000, enabled=True, interval=30.0)
     assert progress.returns_said() == "no episode finished yet"
+    assert progress.returns_said(run_over=True) == "no episode finished"
     progress.episode(4.0)
     assert progress.returns_said() == "mean return of the last 1 episode 4.0"
     for r in range(1, 31):  # the last 20: 11..30, mean 20.5
