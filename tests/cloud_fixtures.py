@@ -233,3 +233,43 @@ if __name__ == "__main__":
     from moto.server import main
 
     main(["--host", "127.0.0.1", "--port", sys.argv[1]])
+
+
+def boto_client(moto: "MotoServer", service: str):
+    """A boto3 client of the local endpoint, with the fake credentials."""
+    import boto3
+
+    return boto3.client(
+        service,
+        region_name=REGION,
+        endpoint_url=moto.endpoint,
+        aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=FAKE_CREDENTIALS["AWS_SESSION_TOKEN"],
+    )
+
+
+def use_local_endpoint(monkeypatch, moto: "MotoServer", submit, workdir: Path) -> None:
+    """This process talks to the local endpoint only, with fake credentials and no W&B variables of the caller, in
+    an empty working directory (where `submit` writes its sweep manifests, sweeps/NAME.json)."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in aws_env(moto.endpoint).items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    for key in submit.WANDB_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(workdir)
+
+
+def recording(monkeypatch, submit, event: str) -> list:
+    """Record (operation, parameters) of every AWS call of cloud/submit.py matching the botocore `event`, as sent."""
+    called, real_client = [], submit.client
+
+    def recording_client(args, service):
+        c = real_client(args, service)
+        c.meta.events.register(event, lambda params, model, **kw: called.append((model.name, params)))
+        return c
+
+    monkeypatch.setattr(submit, "client", recording_client)
+    return called

@@ -22,14 +22,16 @@ import pytest
 
 from tests.cloud_fixtures import (
     CLOUD,
-    FAKE_CREDENTIALS,
     REGION,
     ROOT,
     MotoServer,
     aws_env,
+    boto_client,
     terraform_binary,
     terraform_mirror,
+    use_local_endpoint,
 )
+from tests.cloud_fixtures import recording as record_calls
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
 from cloud import submit  # noqa: E402
@@ -54,28 +56,12 @@ def moto(tmp_path_factory):
 def aws(moto, monkeypatch, tmp_path):
     """This process talks to the local endpoint only, with fake credentials, in an empty working directory (where
     `submit` writes its sweep manifests, sweeps/NAME.json)."""
-    for key in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(key)
-    for key, value in aws_env(moto.endpoint).items():
-        if key.startswith("AWS_"):
-            monkeypatch.setenv(key, value)
-    for key in submit.WANDB_VARIABLES:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.chdir(tmp_path)
+    use_local_endpoint(monkeypatch, moto, submit, tmp_path)
     return moto
 
 
 def boto(moto, service):
-    return boto3.client(
-        service,
-        region_name=REGION,
-        endpoint_url=moto.endpoint,
-        **{
-            "aws_access_key_id": FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            "aws_secret_access_key": FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            "aws_session_token": FAKE_CREDENTIALS["AWS_SESSION_TOKEN"],
-        },
-    )
+    return boto_client(moto, service)
 
 
 def network(moto, cidr: str) -> dict:
@@ -1057,16 +1043,7 @@ def env_of(job) -> dict:
 
 def recording(monkeypatch, event: str) -> list:
     """Record the parameters of every AWS call of submit.py matching `event`, as botocore sends them."""
-    called = []
-    real_client = submit.client
-
-    def recording_client(args, service):
-        c = real_client(args, service)
-        c.meta.events.register(event, lambda params, model, **kw: called.append((model.name, params)))
-        return c
-
-    monkeypatch.setattr(submit, "client", recording_client)
-    return called
+    return record_calls(monkeypatch, submit, event)
 
 
 def test_track_takes_the_wandb_key_from_the_job_definitions_secret(cli_infra, aws, capsys, monkeypatch):

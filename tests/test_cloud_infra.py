@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cloud_fixtures import CLOUD, FAKE_CREDENTIALS, REGION, ROOT, MotoServer, aws_env
+from tests.cloud_fixtures import CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
 
@@ -40,14 +40,7 @@ def moto(tmp_path_factory):
 
 
 def client(moto, service):
-    return boto3.client(
-        service,
-        region_name=REGION,
-        endpoint_url=moto.endpoint,
-        aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token=FAKE_CREDENTIALS["AWS_SESSION_TOKEN"],
-    )
+    return boto_client(moto, service)
 
 
 def examples_for(moto, work: Path) -> Path:
