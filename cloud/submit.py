@@ -1185,6 +1185,11 @@ def collect(args: Collect) -> dict:
                 raise
             skipped[f"SUCCEEDED without {MARKER}"] += 1
             continue
+        except ValueError:
+            marker = None
+        if not isinstance(marker, dict):  # a damaged marker: the run's files cannot be trusted as finished
+            skipped[f"SUCCEEDED with a damaged {MARKER}"] += 1
+            continue
         record = kept.kept_path(out, Path(run["script"]).stem, run["env_id"], run["seed"])
         if record.exists():
             old = kept.read_kept(record)

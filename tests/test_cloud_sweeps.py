@@ -391,6 +391,17 @@ def test_a_sweep_name_is_taken_once(aws, capsys, monkeypatch):
     capsys.readouterr()
 
 
+def test_a_damaged_completion_marker_is_skipped_in_one_line(aws, tmp_path, capsys):
+    """The marker comes from the bucket: one that is not JSON is counted as skipped, not trusted, and no traceback."""
+    (job_id,) = cli("submit", "--no-build", "--job-queue", QUEUE, "--sweep", "damaged")
+    assert aws.job_exited(job_id, 0) == "SUCCEEDED"
+    boto(aws, "s3").put_object(Bucket=BUCKET, Key=f"runs/{job_id}/{submit.MARKER}", Body=b'{"finished": tr')
+    capsys.readouterr()
+    cli("collect", "damaged", "--out", str(tmp_path / "home"))
+    err = capsys.readouterr().err
+    assert "collected 0 of 1 runs" in err and f"skipped 1: 1 SUCCEEDED with a damaged {submit.MARKER}" in err, err
+
+
 def test_a_manifest_s3_refuses_stays_here(aws, batch, capsys):
     """Credentials that may not touch sweeps/ of the bucket (here its policy denies them), or a job definition without
     a runs folder: the jobs are submitted, the manifest stays in sweeps/ and says so."""
