@@ -510,3 +510,54 @@ def save_checkpoint(checkpoint, path: str) -> None:
         kept = "the previous one is intact" if os.path.exists(path) else "nothing was written"
         fail(f"cannot save {path}: {describe_os_error(cause) if isinstance(cause, OSError) else first_line(cause)}; "
              f"{kept}")
+
+
+class PytreeState:
+    """A JAX pytree (a network's parameters, an optimizer's state, a PRNG key) as a checkpoint entry: `tree` is the
+    current value, which the script sets as it trains. Saved as its leaves, plain tensors keyed by their path in the
+    tree (`['params']['Conv_0']['kernel']`), so a JAX checkpoint is read by the same weights-only reader as the
+    others; loaded into a tree of the same structure (the one the script built), each leaf checked for shape and
+    given its dtype back. jax is imported by the script that uses it, never here."""
+
+    def __init__(self, tree):
+        self.tree = tree
+
+    def leaves(self) -> list:
+        import jax
+        return jax.tree_util.tree_flatten_with_path(self.tree)[0]
+
+    def state_dict(self) -> dict:
+        import jax
+        state = {}
+        for path, leaf in self.leaves():
+            array = np.array(jax.device_get(leaf))
+            # unsigned PRNG key words are kept as int64 (their value exactly); the dtype comes back from the tree
+            state[jax.tree_util.keystr(path)] = torch.from_numpy(array.astype(np.int64) if array.dtype.kind == "u"
+                                                                 else array)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        import jax
+        import jax.numpy as jnp
+        if not isinstance(state, dict):
+            raise TypeError(f"expected a dict of arrays, got {type(state).__name__}")
+        flat, treedef = jax.tree_util.tree_flatten_with_path(self.tree)
+        names = [jax.tree_util.keystr(path) for path, _ in flat]
+        if set(names) != set(state):
+            missing, unexpected = sorted(set(names) - set(state)), sorted(set(state) - set(names))
+            raise KeyError(f"the saved tree differs: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        leaves = []
+        for name, (_, leaf) in zip(names, flat):
+            saved = state[name]
+            if not isinstance(saved, torch.Tensor) or tuple(saved.shape) != tuple(np.shape(leaf)):
+                raise RuntimeError(f"{name} has shape {tuple(getattr(saved, 'shape', ()))}, expected {np.shape(leaf)}")
+            leaves.append(jnp.asarray(saved.numpy().astype(np.asarray(leaf).dtype)))
+        self.tree = jax.tree_util.tree_unflatten(treedef, leaves)
+
+    def non_finite(self) -> Optional[str]:
+        """The path of the first leaf holding NaN or inf, or None (a reduction per leaf, one host read)."""
+        import jax
+        import jax.numpy as jnp
+        floats = [(path, leaf) for path, leaf in self.leaves() if jnp.issubdtype(leaf.dtype, jnp.floating)]
+        finite = jax.device_get([jnp.isfinite(leaf).all() for _, leaf in floats])
+        return next((jax.tree_util.keystr(path) for (path, _), ok in zip(floats, finite) if not ok), None)

@@ -463,6 +463,42 @@ def make_procgen_envs(env_id: str, num_envs: int, seed: int, threads: int = 1) -
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
 
+# Atari from envpool, for the JAX script (its XLA interface steps the games inside a compiled program)
+def envpool_atari_id(env_id: str) -> tuple[str, float]:
+    """(envpool id, sticky-action probability) of an Atari id: `<Game>NoFrameskip-v4` -> `<Game>-v5` without sticky
+    actions, `ALE/<Game>-v5` -> `<Game>-v5` with p=0.25 (the emulator settings make_atari_envs gives those ids);
+    an envpool id `<Game>-v5` keeps envpool's own settings (no sticky actions). Anything else fails in one line."""
+    try:
+        import envpool
+    except ImportError as e:
+        fail(f"the JAX script needs envpool: pip install -r requirements/requirements-jax.txt ({e})")
+    game, sticky = env_id, 0.0
+    if env_id.endswith("NoFrameskip-v4"):
+        game = env_id[: -len("NoFrameskip-v4")] + "-v5"
+    elif env_id.startswith("ALE/") and env_id.endswith("-v5"):
+        game, sticky = env_id[len("ALE/"):], 0.25
+    if game not in envpool.list_all_envs() or type(envpool.make_spec(game)).__name__ != "AtariEnvSpec":
+        fail(f"{env_id} is not an Atari game of envpool; use an id like BreakoutNoFrameskip-v4, ALE/Breakout-v5 "
+             "or Breakout-v5")
+    return game, sticky
+
+
+def make_envpool_atari(env_id: str, num_envs: int, seed: int, threads: int = 0, max_frames: Optional[int] = None,
+                       render: bool = False):
+    """num_envs envpool Atari games with the preprocessing of make_atari_envs: 30 noops and FIRE at reset, 4 frames
+    skipped (max of the last two), 84x84 grayscale, 4 frames stacked, a lost life ends the episode, rewards
+    sign-clipped (info["reward"] keeps the raw score change, info["terminated"] marks a real game over), a game cut
+    after max_frames emulator frames (default 108000). envpool autoresets on the next step: the step after an
+    episode end (a lost life or a game over) is a reset step, whose action is ignored and whose reward is 0, while
+    the episode-ending step returns its true final frames. `threads`: envpool worker threads (0: its own choice)."""
+    envpool_id, sticky = envpool_atari_id(env_id)
+    import envpool
+    kwargs = {} if max_frames is None else {"max_episode_steps": -(-max_frames // 4)}
+    return envpool.make(envpool_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=True,
+                        reward_clip=True, repeat_action_probability=sticky, noop_max=30, use_fire_reset=True,
+                        num_threads=min(threads, num_envs), render_mode="rgb_array" if render else None, **kwargs)
+
+
 class VideoRecorder:
     """Env 0's episodes from its 64x64 RGB observations (envpool has no video wrapper), on the capped cubic schedule."""
 
@@ -481,6 +517,12 @@ class VideoRecorder:
                 self.save(self.frames, self.folder, fps=15, name_prefix=self.name_prefix, episode_index=self.episode,
                           episode_trigger=lambda _: True)
             self.frames, self.episode = [], self.episode + 1
+
+
+def save_frames(frames: list, folder: str, episode: int) -> None:
+    """One episode's RGB frames (height, width, 3) as folder/rl-video-episode-{episode}.mp4 (moviepy)."""
+    from gymnasium.utils.save_video import save_video  # moviepy: only when asked
+    save_video(frames, folder, fps=15, episode_index=episode, episode_trigger=lambda _: True)
 
 
 def evaluate_episodes(envs, policy: Callable, episodes: int, seed: Optional[int], device: torch.device,

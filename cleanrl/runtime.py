@@ -27,8 +27,8 @@ import tyro
 from torch.utils.tensorboard import SummaryWriter
 
 from checkpoints import (
-    claim_run_directory, env_state, find_resume_checkpoint, hold_run_directory, load_checkpoint, load_env_state,
-    load_state_of, read_torch_file, rng_state, run_prefix, save_checkpoint, set_rng_state, state_of,
+    PytreeState, claim_run_directory, env_state, find_resume_checkpoint, hold_run_directory, load_checkpoint,
+    load_env_state, load_state_of, read_torch_file, rng_state, run_prefix, save_checkpoint, set_rng_state, state_of,
 )
 from flags import check_flag_ranges, check_flags_given_once, check_run_flags, resumed_args, script_name
 from messages import describe_os_error, fail, first_line, protect_output, say, warn
@@ -219,11 +219,15 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
 
 
 def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
-    """The first non-finite loss (a host float), parameter of an nn.Module or learned tensor in `modules`, or None.
-    One isfinite over all parameters concatenated (one host sync); only if it fails, a search for the name."""
+    """The first non-finite loss (a host float), parameter of an nn.Module, learned tensor or JAX pytree
+    (PytreeState) in `modules`, or None. One isfinite over all parameters concatenated (one host sync); only if it
+    fails, a search for the name."""
     for name, value in losses.items():
         if not math.isfinite(value):
             return f"{name} ({value})"
+    for key, tree in modules.items():
+        if isinstance(tree, PytreeState) and (leaf := tree.non_finite()) is not None:
+            return f"parameter {key}{leaf}"
     named = [(f"{key}.{name}", p) for key, m in modules.items() if isinstance(m, nn.Module)
              for name, p in m.named_parameters()]
     named += [(key, t) for key, t in modules.items() if isinstance(t, torch.Tensor)]
@@ -429,7 +433,7 @@ class Run:
     def check_finite(self, losses: dict, global_step: int, where: str = "") -> None:
         """Stop in one line, saving nothing, when a loss or a parameter of the modules in `state` is NaN or inf."""
         problem = find_non_finite(losses, {k: v for k, v in self.state.items()
-                                           if isinstance(v, (nn.Module, torch.Tensor))})
+                                           if isinstance(v, (nn.Module, torch.Tensor, PytreeState))})
         if problem is None:
             return
         self.progress.close()
@@ -564,7 +568,7 @@ def saved_model_path(path: str) -> str:
     return path
 
 
-def eval_only(args, model_key: str, make_model: Callable[[dict], nn.Module], evaluate: Callable) -> NoReturn:
+def eval_only(args, model_key: str, make_model: Callable[[dict], object], evaluate: Callable) -> NoReturn:
     """Evaluate the model --eval-only names with evaluate(model, args, name, device), print mean and std, exit 0.
     A checkpoint brings its env id and holds the model under `model_key`; a .cleanrl_model (a state dict, or a dict
     of them, `model_key` among them) runs on --env-id. make_model(saved) builds the network for args.env_id."""
@@ -586,7 +590,8 @@ def eval_only(args, model_key: str, make_model: Callable[[dict], nn.Module], eva
         fail(f"{path} does not hold a {script} model for {args.env_id}: {first_line(e)}")
     seed_everything(args.seed, args.torch_deterministic)
     device = pick_device(args)
-    returns = evaluate_only(lambda: evaluate(model.to(device), args, name, device), args)
+    model = model.to(device) if isinstance(model, nn.Module) else model  # a JAX script's PytreeState stays as it is
+    returns = evaluate_only(lambda: evaluate(model, args, name, device), args)
     say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes of "
         f"{args.env_id}")
     raise SystemExit(0)
