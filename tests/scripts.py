@@ -188,9 +188,11 @@ class Script:
     losses: tuple  # every losses/* key the tiny run logs
     loss_steps: tuple  # the global steps the tiny run logs its losses at
     family: str  # one of FAMILIES
-    action_copy: str  # (test_host_syncs.py) the source of the one line that may synchronise at every step
+    # (test_host_syncs.py) the source of the one line that may synchronise at every step; None for the JAX script,
+    # which has no torch op in its loop (tests/test_ppo_atari_jax.py counts its host-device transfers instead)
+    action_copy: Optional[str]
     episodes: bool = True  # the tiny run ends at least one episode
-    needs: Optional[str] = None  # optional dependency: "atari", "mujoco" or "procgen"
+    needs: Optional[str] = None  # optional dependency: "atari", "mujoco", "procgen" or "jax"
     eval_args: tuple = ()  # flags that keep the final evaluation short
     launcher: Optional[tuple] = None  # torchrun for the distributed script
     other: dict = field(default_factory=dict)  # other keys the tiny run logs, with their steps (SPS after the warm-up)
@@ -271,6 +273,9 @@ LIFE_PENDULUM_OFF = ONE_THREAD + (
 # ppo_atari.py: 2 envs x 32 steps = 64 steps an iteration, 1 epoch of 2 minibatches (the Nature CNN is slow on
 # 2 CPU cores); evaluation: a game cut at 400 frames. Its rollout pipelined (--pipeline-envs on; auto is off on the
 # CPU), so a stop or kill lands in a pipelined rollout; ppo_atari_multigpu.py's rows keep auto (off here).
+# ppo_atari_envpool_xla_jax_scan.py: as ppo_atari.py's, 64 steps an iteration
+LIFE_JAX = ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
+            "--eval-episodes", "1", "--eval-max-frames", "400", "--no-progress")
 LIFE_PPO_ATARI = ONE_THREAD + (
     "--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "1",
     "--eval-max-frames", "400", "--no-progress", "--pipeline-envs", "on")
@@ -305,6 +310,16 @@ def first_moment(optimizer: str, index: int) -> Callable[[dict], None]:
     def poison(checkpoint: dict) -> None:
         exp_avg = checkpoint[optimizer]["state"][index]["exp_avg"]
         exp_avg[(0,) * exp_avg.dim()] = math.nan  # its first element, whatever its layout (channels last)
+
+    return poison
+
+
+def jax_first_moment(leaf: str) -> Callable[[dict], None]:
+    """NaN into the first element of Adam's first moment of the JAX script's parameter `leaf` (its path)."""
+
+    def poison(checkpoint: dict) -> None:
+        mu = checkpoint["optimizer"][f".mu{leaf}"]
+        mu[(0,) * mu.dim()] = math.nan
 
     return poison
 
@@ -562,6 +577,37 @@ SCRIPTS = {s.name: s for s in [
         # only checks clear progress over a random policy (~1-2 points per game) after 1M steps (about 1.5 h).
         # Not yet run to completion on this machine: the threshold is an estimate from published learning curves.
         learning=Learning(("--total-timesteps", "1000000"), 4 * 3600, last=20, at_least=10),
+    ),
+    # the same budget as ppo_atari.py's, in JAX: 2 envpool games x 32 steps = 64 steps an iteration, 2 iterations
+    Script(
+        "ppo_atari_envpool_xla_jax_scan.py", ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2",
+                                              "--update-epochs", "1", "--total-timesteps", "128"),
+        PPO_LOSSES, (64, 128), family="ppo", action_copy=None, episodes=False, needs="jax", eval_args=ATARI_EVAL,
+        other={"charts/SPS": (128,)},
+        # with --capture-video it records the evaluation's games (its training frames never leave XLA)
+        saves_envs=False,
+        resume=Resume(LIFE_JAX + ("--total-timesteps", "640") + SAVE, 1, 640, 10,
+                      tuple(64 * i for i in range(1, 11)), why="AtariGymnasiumEnvPool is not a SyncVectorEnv"),
+        stop=Stop(LIFE_JAX + ("--total-timesteps", "64000", "--save-model", "--checkpoint-frequency", "1"), 64, True),
+        # actions sampled from the run's JAX key, the eval env from seed + 10000; real Breakout scores of games cut at
+        # 400 frames (100 agent steps)
+        evaluation=Eval(2, "BreakoutNoFrameskip-v4", flags=("--eval-max-frames", "400"), mean=(0, 20)),
+        non_finite=NonFinite("stopped", jax_first_moment("['params']['actor']['kernel']"), after_iteration(64)),
+        bad_lifecycle=(
+            BadLifecycle(("--resume", "ppo.pt"),
+                         "error: ppo.pt is not a checkpoint of ppo_atari_envpool_xla_jax_scan.py (it was written by "
+                         "ppo.py)"),
+            NO_SAVED_MODEL,
+        ),
+        bad_input=(
+            BadInput(("--env-id", "NoSuchGame-v0"), "NoSuchGame-v0"),
+            BadInput(("--env-id", "CartPole-v1"), "not an Atari game"),
+            BadInput(("--compile",), "--compile and --cudagraphs are torch flags"),
+            BadInput(("--num-minibatches", "3"), "num-minibatches"),
+            BadInput(("--eval-max-frames", "0"), "--eval-max-frames must be at least 1, got 0"),
+            BadInput(("--num-steps", "100000000", "--total-timesteps", "800000000"),
+                     "--num-steps 100000000 x --num-envs 8 asks for a rollout storage of"),
+        ),
     ),
     # 2 ranks with 1 env each x 32 steps = 64 global steps an iteration, 2 iterations
     # (its compile parity and its lifecycle under torchrun have tests of their own: two ranks, their checksums)
@@ -846,6 +892,8 @@ def have(extra: Optional[str]) -> bool:
             return True
         except ImportError:
             return False
+    if extra == "jax":  # JAX, flax, optax and envpool (whose Atari games need no Qt)
+        return all(importlib.util.find_spec(m) is not None for m in ("jax", "flax", "optax", "envpool"))
     return importlib.util.find_spec({"atari": "ale_py", "mujoco": "mujoco"}[extra]) is not None
 
 
