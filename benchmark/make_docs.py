@@ -47,9 +47,10 @@ PAGES = {
     "rl-algorithms/td3.md": ["td3_continuous_action"],
     "rl-algorithms/sac.md": ["sac_continuous_action"],
     "rl-algorithms/ppg.md": ["ppg_procgen"],
+    "rl-algorithms/ppo-jax.md": ["ppo_atari_envpool_xla_jax_scan", "ppo_atari"],
 }
 FAMILIES = {
-    "PPO": ["ppo", "ppo_continuous_action", "ppo_atari", "ppo_atari_multigpu"],
+    "PPO": ["ppo", "ppo_continuous_action", "ppo_atari", "ppo_atari_multigpu", "ppo_atari_envpool_xla_jax_scan"],
     "DQN and C51": ["dqn", "c51", "dqn_atari", "c51_atari"],
     "DDPG, TD3 and SAC": ["ddpg_continuous_action", "td3_continuous_action", "sac_continuous_action"],
     "PPG": ["ppg_procgen"],
