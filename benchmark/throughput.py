@@ -195,6 +195,16 @@ SPECS = {
                   "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
         raw="atari",
     ),
+    # the JAX script, the same work: its defaults (--loops auto: Python loops of jitted steps on a CPU); JAX uses every
+    # core whatever --threads says (compare it with --threads default, where ppo_atari takes the free cores too)
+    "ppo_atari_envpool_xla_jax_scan": dict(
+        script="ppo_atari_envpool_xla_jax_scan.py", env_id="BreakoutNoFrameskip-v4", family="atari", num_envs=8,
+        iteration=1024, iterations=3,
+        ours=["--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
+              "--learning-rate", "2.5e-4", "--anneal-lr", "--clip-coef", "0.1", "--ent-coef", "0.01"],
+        raw="envpool-atari", jax=True,
+        upstream_na="upstream's script needs gym and the JAX, flax and envpool APIs of 2022",
+    ),
     "ppo_atari_multigpu": dict(
         script="ppo_atari_multigpu.py", env_id="BreakoutNoFrameskip-v4", family="atari", cnn=True, num_envs=8,
         iteration=1024, iterations=3, nproc=2,
@@ -376,6 +386,8 @@ def variant_flags(variant: str) -> list[str]:
 def applies(variant: str, spec: dict, cuda: bool) -> Optional[str]:
     """None if the variant applies to the spec's script, else why not."""
     words = variant.split("+")
+    if spec.get("jax"):
+        return "torch flags; XLA compiles the JAX script"
     if "amp" in words and not spec.get("cnn"):
         return "amp: CNN scripts only"
     if "cudagraphs" in words and not cuda:

@@ -12,6 +12,8 @@ vector env on this machine. Kinds:
   "ale-vector" backend: frameskip 4 with max-pooling, 84x84 grayscale, 4 stacked frames, up to 30 no-ops and FIRE
   at reset, no episodic life, no reward clipping, same-step autoreset; the game and its emulator settings
   (sticky actions, action set, frame limit) are read from the gymnasium registration of `env_id`;
+- "envpool-atari": envpool's Atari with the settings the JAX script gives it (episodic life, clipped rewards,
+  envpool's next-step autoreset), stepped from Python (the script steps it inside XLA);
 - "procgen": envpool's Procgen (`envpool.make_gymnasium(env_id, num_envs, seed, num_levels=0, start_level=0)`)
   with the vector RecordEpisodeStatistics, as ppg_procgen.py builds it.
 
@@ -63,6 +65,12 @@ def make(spec: dict) -> gym.vector.VectorEnv:
             life_loss_info=False,
             reward_clipping=False,
         )
+    if kind == "envpool-atari":  # as cleanrl/environments.make_envpool_atari builds it for the JAX script
+        import envpool
+
+        game = spec["env_id"].replace("NoFrameskip-v4", "-v5")
+        return envpool.make(game, env_type="gymnasium", num_envs=num_envs, seed=spec["seed"], episodic_life=True,
+                            reward_clip=True, repeat_action_probability=0.0, noop_max=30, use_fire_reset=True)
     if kind == "procgen":
         import envpool
         import envpool.procgen  # noqa: F401
@@ -74,7 +82,7 @@ def make(spec: dict) -> gym.vector.VectorEnv:
 
 def measure(spec: dict) -> dict:
     envs = make(spec)
-    if spec["kind"] == "procgen":
+    if spec["kind"] in ("procgen", "envpool-atari"):
         envs.reset()  # envpool takes its seed at creation (above) and ignores reset's
     else:
         envs.reset(seed=spec["seed"])
@@ -82,7 +90,7 @@ def measure(spec: dict) -> dict:
     rng = np.random.default_rng(spec["seed"])
 
     def sample():
-        if spec["kind"] == "procgen":
+        if spec["kind"] in ("procgen", "envpool-atari"):
             # envpool's action_space is one env's Discrete space, and it wants int32 actions, one per env
             return rng.integers(0, envs.action_space.n, size=spec["num_envs"], dtype=np.int32)
         return envs.action_space.sample()
