@@ -13,8 +13,9 @@ version, the budget of each row and the 1-minute load average before and after e
   compilation (on-policy: from the end of the first iteration; off-policy: from just after the first gradient update).
 - variants: `--variants compile compile+amp` runs `--compile` and `--compile --amp`: each variant is words joined by
   `+`, each word a boolean flag of the scripts, or flag=value (`compile+pipeline-envs=off`: `--compile
-  --pipeline-envs off`, the ppo_atari scripts only). `amp` applies to the CNN scripts only and `cudagraphs` to --cuda
-  runs only; elsewhere the cell says n/a. A run that fails (a script without the flag, a crash, --timeout) is
+  --pipeline-envs off`, the ppo_atari scripts only; `loops=python`: `--loops python`, the JAX script only, whose
+  torch-flag variants are n/a). `amp` applies to the CNN scripts only and `cudagraphs` to --cuda runs only; elsewhere
+  the cell says n/a. A run that fails (a script without the flag, a crash, --timeout) is
   reported with its exit code, error line and log, the table goes on, and the tool exits 1 at the end.
 - SB3: benchmark/throughput_sb3_helpers.py run by the python of a SEPARATE virtual environment (Stable-Baselines3 is
   not a dependency of this project), with keyword arguments that mirror ours (SPECS); SPS by the same warm-up rule.
@@ -47,6 +48,9 @@ Run:
     python benchmark/throughput.py --cuda --scripts ppo_atari ppo_continuous_action sac_continuous_action \
         td3_continuous_action dqn_atari --variants compile+cudagraphs compile+cudagraphs+amp --no-sb3 --rounds 1 \
         --raw-seconds 2 --timeout 200 --out benchmark/results/speed-gpu     # the GPU table
+    python benchmark/throughput.py --cuda --scripts ppo_atari ppo_atari_envpool_xla_jax_scan --variants \
+        compile+cudagraphs loops=python --no-sb3 --rounds 1 --raw-seconds 2 --timeout 200 \
+        --out benchmark/results/speed-jax-gpu      # torch against JAX on a GPU (needs JAX with CUDA there)
     python benchmark/throughput.py --help
 """
 
@@ -386,8 +390,11 @@ def variant_flags(variant: str) -> list[str]:
 def applies(variant: str, spec: dict, cuda: bool) -> Optional[str]:
     """None if the variant applies to the spec's script, else why not."""
     words = variant.split("+")
-    if spec.get("jax"):
+    loops = [word for word in words if word.startswith("loops=")]
+    if spec.get("jax") and len(loops) < len(words):
         return "torch flags; XLA compiles the JAX script"
+    if loops and not spec.get("jax"):
+        return "loops: the JAX script only"
     if "amp" in words and not spec.get("cnn"):
         return "amp: CNN scripts only"
     if "cudagraphs" in words and not cuda:

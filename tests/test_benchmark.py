@@ -422,6 +422,13 @@ def test_throughput_variants_apply_and_medians_by_hand():
     assert applies("compile+cudagraphs", cnn, cuda=False) == "cudagraphs: CUDA only"
     assert applies("pipeline-envs=off", SPECS["ppo_atari"], cuda=True) is None
     assert applies("pipeline-envs=off", SPECS["dqn_atari"], cuda=True) == "pipeline-envs: ppo_atari scripts only"
+    # the JAX script takes --loops and no torch speed flag; the torch scripts take no --loops
+    jax_spec = SPECS["ppo_atari_envpool_xla_jax_scan"]
+    assert variant_flags("loops=python") == ["--loops", "python"]
+    assert applies("loops=python", jax_spec, cuda=True) is None
+    assert applies("compile+cudagraphs", jax_spec, cuda=True) == "torch flags; XLA compiles the JAX script"
+    assert applies("loops=python+compile", jax_spec, cuda=True) == "torch flags; XLA compiles the JAX script"
+    assert applies("loops=python", SPECS["ppo_atari"], cuda=True) == "loops: the JAX script only"
     runs = [dict(label=label, sps=sps, load_before=1.0, load_after=2.5) for label, sps in
             [("plain", 100), ("compile", 300), ("raw", 1000), ("plain", 300), ("compile", 500), ("raw", 3000), ("plain", 200)]]  # fmt: skip
     runs.append(dict(label="compile", error="exit 1", load_before=0.5, load_after=1.0))
