@@ -545,7 +545,9 @@ class PytreeState:
         names = [jax.tree_util.keystr(path) for path, _ in flat]
         if set(names) != set(state):
             missing, unexpected = sorted(set(names) - set(state)), sorted(set(state) - set(names))
-            raise KeyError(f"the saved tree differs: missing {missing[:3]}, unexpected {unexpected[:3]}")
+            raise RuntimeError(f"its entries are not this tree's ({len(missing)} missing, e.g. "
+                               f"{', '.join(missing[:2]) or '-'}; {len(unexpected)} unexpected, e.g. "
+                               f"{', '.join(unexpected[:2]) or '-'})")
         leaves = []
         for name, (_, leaf) in zip(names, flat):
             saved = state[name]

@@ -597,6 +597,10 @@ SCRIPTS = {s.name: s for s in [
             BadLifecycle(("--resume", "ppo.pt"),
                          "error: ppo.pt is not a checkpoint of ppo_atari_envpool_xla_jax_scan.py (it was written by "
                          "ppo.py)"),
+            # a torch network's weights are not the JAX tree's leaves
+            BadLifecycle(("--eval-only", "torch.cleanrl_model"),
+                         "error: torch.cleanrl_model does not hold a ppo_atari_envpool_xla_jax_scan.py model for "
+                         "BreakoutNoFrameskip-v4: its entries are not this tree's (12 missing"),
             NO_SAVED_MODEL,
         ),
         bad_input=(

@@ -660,6 +660,7 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     save({"script": "ppo_atari_multigpu.py", "args": asdict(MultiGPUArgs()), **common, "envs": [None, None],
           "rng": [{}, {}]}, "two_ranks.pt")
     (workdir / "garbage.pt").write_bytes(b"not a checkpoint")
+    save({"actor.weight": torch.zeros(4, 512), "actor.bias": torch.zeros(4)}, "torch.cleanrl_model")  # a torch model
     (workdir / "hello.txt").write_text("hello world\n")
     save({"script": "ppo.py", "args": asdict(PPOArgs())}, "partial.pt")
     proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, timeout=120)
