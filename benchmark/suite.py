@@ -79,9 +79,9 @@ SUITE = [
     # memory), every 25,000 gradient updates (100,000 steps: about 18 minutes at the 94 steps per second a run made
     # alone with two threads, about 50 each beside a second run).
     Entry("ppo_atari", ["BreakoutNoFrameskip-v4"], 500_000, hours=1.7, checkpoint_frequency=50),
-    # the JAX script at ppo_atari's budget, for the side-by-side reading on its page (about 90 steps per second alone on
-    # the 2-core machine with its default Python loops)
-    Entry("ppo_atari_envpool_xla_jax_scan", ["BreakoutNoFrameskip-v4"], 500_000, hours=3.2, checkpoint_frequency=50),
+    # the JAX script at ppo_atari's budget, for the side-by-side reading on its page (80-90 steps per second alone on
+    # the 2-core machine with its default Python loops, so about 1.6 hours a seed; XLA takes both cores)
+    Entry("ppo_atari_envpool_xla_jax_scan", ["BreakoutNoFrameskip-v4"], 500_000, hours=4.8, checkpoint_frequency=50),
     Entry("ppo_atari_multigpu", ["BreakoutNoFrameskip-v4"], 500_000, launcher=("torchrun", "--standalone", "--nproc_per_node=2"), hours=2.1, checkpoint_frequency=50),
     # one PPG phase: 32 policy iterations of 64 envs x 256 steps, then the auxiliary phase. A checkpoint inside the
     # phase holds the rollouts stored so far (200 MB per iteration), so every 8 iterations (about 20 minutes); one
