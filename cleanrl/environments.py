@@ -503,9 +503,9 @@ class VideoRecorder:
     """Env 0's episodes from its 64x64 RGB observations (envpool has no video wrapper), on the capped cubic schedule."""
 
     def __init__(self, folder: str, name_prefix: str = "rl-video"):
-        from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video  # moviepy: only when asked
+        from gymnasium.utils.save_video import capped_cubic_video_schedule
 
-        self.folder, self.save, self.trigger = folder, save_video, capped_cubic_video_schedule
+        self.folder, self.trigger = folder, capped_cubic_video_schedule
         self.name_prefix, self.frames, self.episode = name_prefix, [], 0
 
     def add(self, obs: np.ndarray, done: bool) -> None:
@@ -514,15 +514,14 @@ class VideoRecorder:
             self.frames.append(np.transpose(obs, (1, 2, 0)))
         else:
             if self.trigger(self.episode) and self.frames:
-                self.save(self.frames, self.folder, fps=15, name_prefix=self.name_prefix, episode_index=self.episode,
-                          episode_trigger=lambda _: True)
+                save_frames(self.frames, self.folder, self.episode, self.name_prefix)
             self.frames, self.episode = [], self.episode + 1
 
 
-def save_frames(frames: list, folder: str, episode: int) -> None:
-    """One episode's RGB frames (height, width, 3) as folder/rl-video-episode-{episode}.mp4 (moviepy)."""
+def save_frames(frames: list, folder: str, episode: int, name_prefix: str = "rl-video") -> None:
+    """One episode's RGB frames (height, width, 3) as folder/{name_prefix}-episode-{episode}.mp4 (moviepy)."""
     from gymnasium.utils.save_video import save_video  # moviepy: only when asked
-    save_video(frames, folder, fps=15, episode_index=episode, episode_trigger=lambda _: True)
+    save_video(frames, folder, fps=15, name_prefix=name_prefix, episode_index=episode, episode_trigger=lambda _: True)
 
 
 def evaluate_episodes(envs, policy: Callable, episodes: int, seed: Optional[int], device: torch.device,
