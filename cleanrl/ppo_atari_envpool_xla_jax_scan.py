@@ -299,7 +299,7 @@ if __name__ == "__main__":
     adam = optax.scale_by_adam(eps=1e-5)
     state = {"agent": PytreeState(params), "optimizer": PytreeState(adam.init(params)), "key": PytreeState(key)}
 
-    # A fresh run resets the envs; a resumed one builds new ones (above) and reset them, so the games in progress at
+    # A fresh run resets the envs; a resumed one builds new ones (above) and resets them, so the games in progress at
     # the checkpoint are dropped (never logged). The learning-rate schedule is a function of the iteration.
     next_obs_np, start_iteration, global_step = run.restore(envs, state, seed=None)
     params, opt_state, key = state["agent"].tree, state["optimizer"].tree, state["key"].tree
@@ -440,6 +440,7 @@ if __name__ == "__main__":
     def split_minibatches_jit(batch, key):  # an epoch's minibatches as a list, sliced inside XLA
         key, minibatches = shuffled_minibatches(batch, key)
         return key, [jax.tree.map(lambda x: x[i], minibatches) for i in range(args.num_minibatches)]
+
     rollout = jax.jit(rollout_scan) if scan else rollout_python
     update = jax.jit(update_scan, donate_argnums=(0, 1)) if scan else update_python
 
@@ -453,8 +454,8 @@ if __name__ == "__main__":
                                                                         jnp.float32(lr), key)
 
         # The games that ended, their scores, the losses and the value targets come to the host once per iteration,
-        # in one transfer, for logging: nothing else leaves the device inside the loop (tests/test_ppo_atari_jax.py
-        # counts the transfers).
+        # in one transfer, for logging; besides them only the non-finite check's flags and the newest frames (for a
+        # checkpoint) leave the device, once per iteration too (tests/test_ppo_atari_jax.py counts the transfers).
         game_over, game_return, game_length, last_epoch, clipfracs, y_true, y_pred, valid = jax.device_get((
             stored.game_over, stored.game_return, stored.game_length, last_epoch, diagnostics[5], batch[4], batch[5],
             batch[6]))
