@@ -200,7 +200,7 @@ SPECS = {
         raw="atari",
     ),
     # the JAX script, the same work: its defaults (--loops auto: Python loops of jitted steps on a CPU); JAX uses every
-    # core whatever --threads says (compare it with --threads default, where ppo_atari takes the free cores too)
+    # core whatever --threads says (compare it with --threads defaults, where ppo_atari takes the free cores too)
     "ppo_atari_envpool_xla_jax_scan": dict(
         script="ppo_atari_envpool_xla_jax_scan.py", env_id="BreakoutNoFrameskip-v4", family="atari", num_envs=8,
         iteration=1024, iterations=3,

@@ -304,24 +304,24 @@ def atari_updates(step: int) -> int:  # dqn_atari.py, c51_atari.py: at every 4th
     return max(step - 100, 0) // 4
 
 
-def first_moment(optimizer: str, index: int) -> Callable[[dict], None]:
-    """NaN into the first element of Adam's first moment of parameter `index` of the checkpoint's `optimizer`."""
+def nan_into_first_element(entry: Callable[[dict], object]) -> Callable[[dict], None]:
+    """A poison: NaN into the first element of the checkpoint's tensor `entry(checkpoint)`, whatever its layout."""
 
     def poison(checkpoint: dict) -> None:
-        exp_avg = checkpoint[optimizer]["state"][index]["exp_avg"]
-        exp_avg[(0,) * exp_avg.dim()] = math.nan  # its first element, whatever its layout (channels last)
+        tensor = entry(checkpoint)
+        tensor[(0,) * tensor.dim()] = math.nan
 
     return poison
+
+
+def first_moment(optimizer: str, index: int) -> Callable[[dict], None]:
+    """NaN into Adam's first moment of parameter `index` of the checkpoint's torch `optimizer`."""
+    return nan_into_first_element(lambda c: c[optimizer]["state"][index]["exp_avg"])
 
 
 def jax_first_moment(leaf: str) -> Callable[[dict], None]:
-    """NaN into the first element of Adam's first moment of the JAX script's parameter `leaf` (its path)."""
-
-    def poison(checkpoint: dict) -> None:
-        mu = checkpoint["optimizer"][f".mu{leaf}"]
-        mu[(0,) * mu.dim()] = math.nan
-
-    return poison
+    """NaN into Adam's first moment (optax's `mu`) of the JAX script's parameter `leaf` (its path in the tree)."""
+    return nan_into_first_element(lambda c: c["optimizer"][f".mu{leaf}"])
 
 
 def after_iteration(steps: int, losses: bool = True) -> Callable[[dict], list]:
