@@ -28,6 +28,8 @@ from environments import RewardNormalizer
 from cleanrl.ppo import Args as PPOArgs
 from cleanrl.ppo_atari import Args as PPOAtariArgs
 from cleanrl.ppo_atari_multigpu import Args as MultiGPUArgs
+from cleanrl.sac_continuous_action import Args as SACArgs
+from cleanrl.td3_continuous_action import Args as TD3Args
 from tests.helpers import (
     CHECKSUM,
     assert_bad_input_rejected,
@@ -663,6 +665,12 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     save({"actor.weight": torch.zeros(4, 512), "actor.bias": torch.zeros(4)}, "torch.cleanrl_model")  # a torch model
     (workdir / "hello.txt").write_text("hello world\n")
     save({"script": "ppo.py", "args": asdict(PPOArgs())}, "partial.pt")
+    # TD3's and SAC's critics as checkpoints held them before they were stacked into one network: two of them (the
+    # actor, restored first, is left out: None entries are not loaded)
+    critics = {key: {"fc1.weight": torch.zeros(256, 4)} for key in ("qf1", "qf2", "qf1_target", "qf2_target")}
+    for name, defaults in (("sac", SACArgs(env_id="Pendulum-v1")), ("td3", TD3Args(env_id="Pendulum-v1"))):
+        save({"script": f"{name}_continuous_action.py", "args": asdict(defaults), **common, "actor": None, **critics},
+             f"two_critics_{name}.pt")
     proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, timeout=120)
     if exact:
         assert proc.stderr.strip().splitlines()[-1] == message
