@@ -242,11 +242,13 @@ if __name__ == "__main__":
     target_network = QNetwork(n_actions, atoms).to(device)
     target_network.load_state_dict(q_network.state_dict())
 
-    # storage: every frame once, allocated and touched now (see FrameReplayBuffer for the footprint)
-    rb = replay_memory.FrameReplayBuffer(
+    # storage: every frame once, allocated and touched now (see FrameReplayBuffer for the footprint); on a GPU the
+    # frames live in its memory when they fit
+    rb = replay_memory.frame_replay_buffer(
         args.buffer_size, envs.single_observation_space, envs.single_action_space, args.num_envs, device, args.seed
     )
-    print(f"replay memory: {rb.nbytes / 2**30:.2f} GiB for {args.buffer_size} transitions")
+    where = "frames in the GPU's memory" if isinstance(rb.frames, torch.Tensor) else "host memory"
+    print(f"replay memory: {rb.nbytes / 2**30:.2f} GiB for {args.buffer_size} transitions ({where})")
     staging = speed.PinnedStaging(device)  # frames reach the device without a synchronisation
     action_rng = np.random.default_rng(args.seed)
     exploration_steps = int(args.exploration_fraction * args.total_timesteps)

@@ -1,7 +1,7 @@
 # docs: docs/rl-algorithms/dqn.md (the replay memories)
 """The off-policy scripts' replay memories: ReplayBuffer (a flat ring in host memory), DeviceReplayBuffer (the same
-ring in a GPU's memory), FrameReplayBuffer (Atari frame stacks, every frame stored once), and the true next
-observation of an episode's last step under same-step autoreset."""
+ring in a GPU's memory), FrameReplayBuffer (Atari frame stacks, every frame stored once, the frames in host or GPU
+memory), and the true next observation of an episode's last step under same-step autoreset."""
 
 from typing import NamedTuple
 
@@ -192,24 +192,36 @@ class FrameReplayBuffer(MemoryState):
     about 180 steps: about 99.3%). Per slot: frame (84 * 84 = 7056 bytes) + action (8) + reward (4) + termination (4)
     + valid (1) = 7073 bytes; 1,000,000 transitions, one env: 1,015,629 slots = 7.18e9 bytes = 6.69 GiB (stacked obs
     and next obs: 52.6 GiB). touch=True writes every page now (np.zeros maps them lazily), so a lack of memory shows
-    at start, not hours into a run."""
+    at start, not hours into a run.
+
+    frames_on_device: the frames (nearly all of the memory) live in `device`'s memory as a tensor, written there by
+    index and gathered there at sample time, so no frame crosses from the host when sampling; the bookkeeping, the
+    actions, rewards and terminations stay in host memory, where sampling draws its slots. The same transitions and
+    the same samples as in host memory (one seed), and checkpoints that load into either."""
 
     def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, num_envs: int,
-                 device: torch.device, seed: int, touch: bool = True):
-        self.check_fits(buffer_size, num_envs, observation_space.shape, np.dtype(action_space.dtype).itemsize)
+                 device: torch.device, seed: int, touch: bool = True, frames_on_device: bool = False):
+        self.check_fits(buffer_size, num_envs, observation_space.shape, np.dtype(action_space.dtype).itemsize,
+                        host_frames=not frames_on_device)
         self.stack = observation_space.shape[0]
         self.capacity = self.slots(buffer_size, num_envs, self.stack)
         self.num_envs, self.device, self.rng = num_envs, device, np.random.default_rng(seed)
         self.staging = PinnedStaging(device)  # a sample goes to a GPU without a synchronisation
-        self.frames = np.zeros((num_envs, self.capacity, *observation_space.shape[1:]), dtype=observation_space.dtype)
+        frames_shape = (num_envs, self.capacity, *observation_space.shape[1:])
+        self.frames = (torch.zeros(frames_shape, dtype=torch.uint8, device=device) if frames_on_device
+                       else np.zeros(frames_shape, dtype=observation_space.dtype))
+        # each env's newest `stack` frames in the ring, in host memory: what add() compares an observation with
+        self.last_stack = np.zeros((num_envs, *observation_space.shape), dtype=observation_space.dtype)
+        self.pending = []  # (env, slot, frame) written by add(), sent to the frames in one copy at its end
         self.actions = np.zeros((num_envs, self.capacity, *action_space.shape), dtype=action_space.dtype)
         self.rewards, self.terminations = (np.zeros((num_envs, self.capacity), dtype=np.float32) for _ in range(2))
         self.valid = np.zeros((num_envs, self.capacity), dtype=bool)
         self.newest = np.full(num_envs, -1, dtype=np.int64)  # slot of each env's newest frame
         self.written = np.zeros(num_envs, dtype=np.int64)  # frames written so far per env
-        if touch:
+        if touch:  # (a tensor's zeros are written already)
             for array in (self.frames, self.actions, self.rewards, self.terminations, self.valid):
-                array.fill(0)
+                if isinstance(array, np.ndarray):
+                    array.fill(0)
 
     @staticmethod
     def slots(buffer_size: int, num_envs: int, stack: int) -> int:
@@ -218,12 +230,17 @@ class FrameReplayBuffer(MemoryState):
         return per_env + per_env // 64 + stack
 
     @classmethod
-    def check_fits(cls, buffer_size: int, num_envs: int, obs_shape: tuple = (4, 84, 84), action_bytes: int = 8) -> None:
-        """As ReplayBuffer.check_fits."""
+    def check_fits(cls, buffer_size: int, num_envs: int, obs_shape: tuple = (4, 84, 84), action_bytes: int = 8,
+                   host_frames: bool = True) -> None:
+        """As ReplayBuffer.check_fits, for the host memory it takes (without the frames where they live on a GPU)."""
         check_holds_a_step(buffer_size, num_envs)
-        frame = int(np.prod(obs_shape[1:]))  # uint8 frames
+        frame = int(np.prod(obs_shape[1:])) if host_frames else 0  # uint8 frames
         check_memory(f"--buffer-size {buffer_size}",
                      num_envs * cls.slots(buffer_size, num_envs, obs_shape[0]) * (frame + action_bytes + 9))
+
+    @classmethod
+    def frames_nbytes(cls, buffer_size: int, num_envs: int, obs_shape: tuple = (4, 84, 84)) -> int:
+        return num_envs * cls.slots(buffer_size, num_envs, obs_shape[0]) * int(np.prod(obs_shape[1:]))
 
     @property
     def nbytes(self) -> int:
@@ -235,7 +252,7 @@ class FrameReplayBuffer(MemoryState):
 
     def _write_frame(self, env: int, frame: np.ndarray) -> int:
         slot = (self.newest[env] + 1) % self.capacity
-        self.frames[env, slot] = frame
+        self.pending.append((env, slot, frame))
         self.valid[env, [slot, (slot + self.stack - 1) % self.capacity]] = False
         self.newest[env] = slot
         self.written[env] += 1
@@ -247,18 +264,26 @@ class FrameReplayBuffer(MemoryState):
     def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
             terminations: np.ndarray) -> None:
         """Store one step of every env: obs and next_obs (num_envs, stack, H, W), the others (num_envs,)."""
-        stack_offsets = np.arange(-self.stack + 1, 1)
         for env in range(self.num_envs):
-            ring_stack = self.frames[env, self._stack_slots(np.array([self.newest[env]]), stack_offsets)[0]]
-            if not (self.written[env] >= self.stack and np.array_equal(ring_stack, obs[env])):
-                for frame in obs[env]:
-                    self._write_frame(env, frame)
             if not np.array_equal(next_obs[env][:-1], obs[env][1:]):
                 raise ValueError("the next observation does not continue the observation's frame stack")
+        for env in range(self.num_envs):
+            if not (self.written[env] >= self.stack and np.array_equal(self.last_stack[env], obs[env])):
+                for frame in obs[env]:
+                    self._write_frame(env, frame)
             slot = self.newest[env]
             self._write_frame(env, next_obs[env][-1])
+            self.last_stack[env] = next_obs[env]  # the ring's newest `stack` frames now
             self.actions[env, slot], self.rewards[env, slot] = actions[env], rewards[env]
             self.terminations[env, slot], self.valid[env, slot] = terminations[env], True
+        # the step's new frames, in one write (one copy to a GPU, by index)
+        envs, slots, frames = (np.array(column) for column in zip(*self.pending))
+        self.pending.clear()
+        if isinstance(self.frames, np.ndarray):
+            self.frames[envs, slots] = frames
+        else:
+            where = self.staging.to_device("write_at", np.stack([envs, slots]))
+            self.frames[where[0], where[1]] = self.staging.to_device("write_frames", frames)
 
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """`batch_size` transitions drawn uniformly with replacement among the valid slots, as tensors."""
@@ -276,11 +301,33 @@ class FrameReplayBuffer(MemoryState):
     def transitions(self, envs: np.ndarray, slots: np.ndarray) -> ReplayBufferSamples:
         """The transitions stored in the given (env, slot) pairs, stacks rebuilt from the frame rings."""
         # window: (batch, stack + 1, H, W); the observation is its first `stack` frames, the next its last
-        window = self.frames[envs[:, None], self._stack_slots(slots, np.arange(-self.stack + 1, 2))]
-        arrays = (window[:, :-1], self.actions[envs, slots], window[:, 1:], self.rewards[envs, slots],
-                  self.terminations[envs, slots])
-        names = ("observations", "actions", "next_observations", "rewards", "terminations")
-        return ReplayBufferSamples(*(self.staging.to_device(name, a) for name, a in zip(names, arrays)))
+        window_slots = self._stack_slots(slots, np.arange(-self.stack + 1, 2))
+        window_envs = np.broadcast_to(envs[:, None], window_slots.shape)
+        if isinstance(self.frames, np.ndarray):
+            window = self.staging.to_device("window", self.frames[window_envs, window_slots])
+        else:  # gathered where the frames are: only the indices cross from the host
+            where = self.staging.to_device("window_at", np.stack([window_envs, window_slots]))
+            window = self.frames[where[0], where[1]]
+        small = (self.actions[envs, slots], self.rewards[envs, slots], self.terminations[envs, slots])
+        actions, rewards, terminations = (self.staging.to_device(name, a) for name, a in
+                                          zip(("actions", "rewards", "terminations"), small))
+        return ReplayBufferSamples(window[:, :-1], actions, window[:, 1:], rewards, terminations)
+
+
+def frame_replay_buffer(buffer_size: int, observation_space: gym.Space, action_space: gym.Space, num_envs: int,
+                        device: torch.device, seed: int) -> FrameReplayBuffer:
+    """The Atari scripts' frame memory for a run on `device`: on a GPU its frames live in the GPU's memory when they
+    take at most half of what is free there (as replay_buffer decides), else, and on a CPU, in host memory."""
+    on_device = False
+    if device.type == "cuda":
+        nbytes = FrameReplayBuffer.frames_nbytes(buffer_size, num_envs, observation_space.shape)
+        free = available_memory(cuda=True)[0]
+        on_device = nbytes <= free // 2
+        if not on_device:
+            say(f"note: the replay memory's frames ({nbytes / 2**30:.1f} GiB) take more than half of the GPU's free "
+                f"memory ({free / 2**30:.1f} GiB): they are kept in host memory and each sample is copied over")
+    return FrameReplayBuffer(buffer_size, observation_space, action_space, num_envs, device, seed,
+                             frames_on_device=on_device)
 
 
 def atari_true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""The frame-deduplicating Atari replay memory of cleanrl/dqn_atari.py (shared with c51_atari.py)."""
+"""The frame-deduplicating Atari replay memory of cleanrl/dqn_atari.py (shared with c51_atari.py), with its frames in
+host memory (a numpy array) and as a tensor (on a GPU in the scripts; on the CPU here, the same code)."""
 
 import gymnasium as gym
 import numpy as np
@@ -6,15 +7,16 @@ import pytest
 import torch
 
 from environments import make_atari_envs
-from replay_memory import FrameReplayBuffer, atari_true_next_obs
+from replay_memory import FrameReplayBuffer, atari_true_next_obs, frame_replay_buffer
 
 CPU = torch.device("cpu")
+FRAMES = pytest.mark.parametrize("on_device", [False, True], ids=["host-frames", "tensor-frames"])
 
 
-def tiny_buffer(buffer_size: int, stack: int = 2) -> FrameReplayBuffer:
+def tiny_buffer(buffer_size: int, stack: int = 2, on_device: bool = False) -> FrameReplayBuffer:
     """Frames of one pixel whose value names them, so stacks can be read as lists of frame ids."""
     space = gym.spaces.Box(0, 255, (stack, 1, 1), np.uint8)
-    return FrameReplayBuffer(buffer_size, space, gym.spaces.Discrete(4), 1, CPU, seed=0)
+    return FrameReplayBuffer(buffer_size, space, gym.spaces.Discrete(4), 1, CPU, seed=0, frames_on_device=on_device)
 
 
 def stack(*ids: int) -> np.ndarray:
@@ -29,9 +31,11 @@ def add(rb, obs, nxt, action, reward, term):
     rb.add(obs, nxt, np.array([action]), np.array([reward], np.float32), np.array([term], np.float32))
 
 
-def test_hand_traced_ring_with_a_game_end_and_wrap_around():
+@FRAMES
+def test_hand_traced_ring_with_a_game_end_and_wrap_around(on_device):
     # stack 2, buffer_size 4 -> 4 + 4 // 64 + 2 = 6 frame slots
-    rb = tiny_buffer(4)
+    rb = tiny_buffer(4, on_device=on_device)
+    assert isinstance(rb.frames, torch.Tensor) == on_device
     assert rb.capacity == 6
     # game A, zero-padded start [0, 1]; the third step ends it (terminated) with final observation [3, 4]
     add(rb, stack(0, 1), stack(1, 2), 1, 0.5, 0)  # writes 0, 1 (slots 0, 1) and 2 (slot 2); transition in slot 1
@@ -62,9 +66,10 @@ def test_hand_traced_ring_with_a_game_end_and_wrap_around():
     assert by_obs == {(0, 11): (0, 0.0), (11, 12): (2, -1.0)}
 
 
-def test_a_lost_life_continues_the_ring_without_new_frames():
+@FRAMES
+def test_a_lost_life_continues_the_ring_without_new_frames(on_device):
     # after a lost life the game goes on: the next observation [2, 3] is the following step's observation
-    rb = tiny_buffer(8)
+    rb = tiny_buffer(8, on_device=on_device)
     add(rb, stack(0, 1), stack(1, 2), 0, 0.0, 0)
     add(rb, stack(1, 2), stack(2, 3), 0, 0.0, 1)  # life lost: terminated, but the game continues
     add(rb, stack(2, 3), stack(3, 4), 0, 0.0, 0)
@@ -74,12 +79,57 @@ def test_a_lost_life_continues_the_ring_without_new_frames():
     assert data.terminations.tolist() == [0.0, 1.0, 0.0]
 
 
-def test_sampling_before_any_transition_and_a_broken_stack_are_refused():
-    rb = tiny_buffer(8)
+@FRAMES
+def test_sampling_before_any_transition_and_a_broken_stack_are_refused(on_device):
+    rb = tiny_buffer(8, on_device=on_device)
     with pytest.raises(ValueError, match="no complete transition"):
         rb.sample(4)
     with pytest.raises(ValueError, match="frame stack"):
         add(rb, stack(0, 1), stack(5, 2), 0, 0.0, 0)
+    assert rb.written[0] == 0 and not rb.pending  # refused before anything was written
+
+
+def test_frames_as_a_tensor_give_the_same_samples_and_checkpoints_as_in_host_memory():
+    # two envs of random one-pixel frames with game ends (new stacks) and a ring that wraps; one seed
+    host, tensor = tiny_buffer(20, stack=3), tiny_buffer(20, stack=3, on_device=True)
+    rng = np.random.default_rng(0)
+
+    def fill(buffers, steps: int) -> None:
+        obs = rng.integers(0, 255, (2, 3, 1, 1), dtype=np.uint8)
+        for _ in range(steps):
+            nxt = np.concatenate([obs[:, 1:], rng.integers(0, 255, (2, 1, 1, 1), dtype=np.uint8)], axis=1)
+            action, reward, term = rng.integers(0, 4, 2), rng.normal(size=2).astype(np.float32), rng.random(2) < 0.1
+            for rb in buffers:
+                rb.add(obs, nxt, action, reward, term.astype(np.float32))
+            obs = np.where(term[:, None, None, None], rng.integers(0, 255, (2, 3, 1, 1), dtype=np.uint8), nxt)
+
+    def assert_same_samples(a, b):
+        for x, y in zip(a.sample(64), b.sample(64)):
+            assert torch.equal(x, y)
+
+    fill((host, tensor), 37)
+    assert_same_samples(host, tensor)
+    np.testing.assert_array_equal(host.frames, tensor.frames.numpy())
+    # each memory's state loads into the other kind, and both go on as one
+    host_state, tensor_state = host.state_dict(), tensor.state_dict()
+    assert host_state.keys() == tensor_state.keys()
+    for key, value in host_state.items():
+        assert torch.equal(value, tensor_state[key]) if isinstance(value, torch.Tensor) else value == tensor_state[key]
+    host2, tensor2 = tiny_buffer(20, stack=3), tiny_buffer(20, stack=3, on_device=True)
+    host2.load_state_dict(tensor_state)
+    tensor2.load_state_dict(host_state)
+    for a, b in ((host, host2), (tensor, tensor2)):
+        b.rng.bit_generator.state = a.rng.bit_generator.state
+    fill((host, tensor, host2, tensor2), 11)
+    assert_same_samples(host, host2)
+    assert_same_samples(tensor, tensor2)
+    assert_same_samples(host, tensor)
+
+
+def test_frame_memory_on_the_cpu_keeps_its_frames_in_host_memory():
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    rb = frame_replay_buffer(100, space, gym.spaces.Discrete(4), 2, CPU, seed=0)
+    assert isinstance(rb.frames, np.ndarray)
 
 
 def test_true_next_obs_takes_final_obs_only_where_a_game_ended():
@@ -102,15 +152,18 @@ def test_default_footprint_is_under_8_gib():
     assert rb.capacity == 1_015_629
     assert rb.nbytes == 1_015_629 * 7073 == 7_183_543_917
     assert rb.nbytes / 2**30 < 6.7
+    assert FrameReplayBuffer.frames_nbytes(1_000_000, 1) == 1_015_629 * 7056  # what a GPU would hold
 
 
-@pytest.mark.parametrize("backend, num_envs", [("ale-vector", 2), ("gymnasium", 1)])
-def test_rebuilt_stacks_equal_what_the_agent_saw(backend, num_envs):
+@pytest.mark.parametrize("backend, num_envs, on_device", [("ale-vector", 2, False), ("gymnasium", 1, False),
+                                                         ("ale-vector", 2, True)])
+def test_rebuilt_stacks_equal_what_the_agent_saw(backend, num_envs, on_device):
     # Real Breakout with random actions: lost lives (terminated, the game goes on), game overs and games cut by
     # a short frame limit (truncated), through the same env and next-observation code as the scripts. The ring
     # is small, so it wraps many times. Every transition still in the memory must come back exactly as seen.
     envs = make_atari_envs("BreakoutNoFrameskip-v4", num_envs, backend, max_frames=560)
-    rb = FrameReplayBuffer(300, envs.single_observation_space, envs.single_action_space, num_envs, CPU, seed=0)
+    rb = FrameReplayBuffer(300, envs.single_observation_space, envs.single_action_space, num_envs, CPU, seed=0,
+                           frames_on_device=on_device)
     rng = np.random.default_rng(0)
     seen = [[] for _ in range(num_envs)]
     counts = dict(life_lost=0, game_over=0, truncated=0)
