@@ -83,3 +83,47 @@ def test_one_process_nccl_run_with_compile_cudagraphs_logs_the_losses_of_the_pla
         "ppo_atari_multigpu.py", args, workdir, ["policy_step", "grad_step", "optimizer_step"], rtol=1e-2, atol=1e-4,
         min_updates=3, episodes_rtol=None, launcher=standalone(1), device="--cuda", flags=("--compile", "--cudagraphs"),
     )
+
+
+@pytest.mark.parametrize("script", ["sac_continuous_action", "td3_continuous_action"])
+def test_twin_critics_batched_on_cuda_compute_what_they_compute_one_by_one(script):
+    """The scripts batch their critics on CUDA (one matmul per layer for both): the same values and gradients as
+    the one-by-one form the CPU runs, from the same weights."""
+    import importlib
+
+    module = importlib.import_module(f"cleanrl.{script}")
+    torch.manual_seed(0)
+    batched = module.QNetworks(17, 6, batched=True).cuda()
+    one_by_one = module.QNetworks(17, 6, batched=False).cuda()
+    one_by_one.load_state_dict(batched.state_dict())
+    obs, act, target = (torch.randn(*shape, device="cuda") for shape in ((256, 17), (256, 6), (256,)))
+    for qf in (batched, one_by_one):
+        ((qf(obs, act) - target) ** 2).mean(1).sum().backward()
+    torch.testing.assert_close(batched(obs, act), one_by_one(obs, act), rtol=1e-4, atol=1e-5)
+    for a, b in zip(batched.parameters(), one_by_one.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_frame_memory_on_cuda_samples_what_host_memory_samples():
+    """Frames in the GPU's memory (frame_replay_buffer's choice there): the same samples as frames in host memory."""
+    import gymnasium as gym
+    import numpy as np
+
+    from replay_memory import FrameReplayBuffer, frame_replay_buffer
+
+    space, actions = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(4)
+    device = torch.device("cuda")
+    on_gpu = frame_replay_buffer(500, space, actions, 2, device, seed=0)
+    assert isinstance(on_gpu.frames, torch.Tensor) and on_gpu.frames.is_cuda
+    on_host = FrameReplayBuffer(500, space, actions, 2, device, seed=0)
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 255, (2, 4, 84, 84), dtype=np.uint8)
+    for _ in range(300):
+        nxt = np.concatenate([obs[:, 1:], rng.integers(0, 255, (2, 1, 84, 84), dtype=np.uint8)], axis=1)
+        act, rew, term = rng.integers(0, 4, 2), rng.normal(size=2).astype(np.float32), rng.random(2) < 0.02
+        for rb in (on_gpu, on_host):
+            rb.add(obs, nxt, act, rew, term.astype(np.float32))
+        obs = np.where(term[:, None, None, None], rng.integers(0, 255, (2, 4, 84, 84), dtype=np.uint8), nxt)
+    for _ in range(3):
+        for a, b in zip(on_gpu.sample(32), on_host.sample(32)):
+            assert a.is_cuda and b.is_cuda and torch.equal(a, b)
