@@ -83,7 +83,8 @@ class QNetworks(nn.Module):
     Two networks of the same shape whose weights are stacked on a leading axis, one parameter per layer. With
     `batched` (on a GPU) both critics run as one batched matmul per layer, what torch.vmap over two networks computes,
     in half the kernels; without it (on a CPU, where the batched matmul measured slower than two plain ones) one
-    after the other. The same numbers either way; each critic is initialised as its own nn.Linear layers."""
+    after the other. The same function either way (up to rounding); each critic is initialised as its own nn.Linear
+    layers."""
 
     def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, batched: bool = False):
         super().__init__()
