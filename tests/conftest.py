@@ -1,6 +1,17 @@
 import os
+import tempfile
 
 import pytest
+
+# JAX's persistent compilation cache, shared by every process of a test run (the pytest workers and the scripts they
+# start, which inherit the environment): the JAX script's tests start many processes that compile the same XLA
+# programs (its tiny registry run: about 21 s with a cold cache, 12 s with a warm one, on 2 cores). Every program is
+# cached, however quick to compile; a size limit turns on JAX's file lock, so two processes never read an entry
+# that one of them is still writing. Each run compiles whatever the cache does not hold yet.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(tempfile.gettempdir(), f"cleanrl-tests-jax-cache-{os.getuid()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(1 << 30))
 
 
 @pytest.hookimpl(tryfirst=True)
