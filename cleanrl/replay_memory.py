@@ -246,6 +246,11 @@ class FrameReplayBuffer(MemoryState):
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.terminations, self.valid))
 
+    @property
+    def where(self) -> str:
+        """Where the frames live, for the run's first lines."""
+        return "host memory" if isinstance(self.frames, np.ndarray) else f"frames in {self.frames.device} memory"
+
     def __len__(self) -> int:
         """The number of transitions that can be sampled."""
         return int(self.valid.sum())

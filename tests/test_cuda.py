@@ -13,9 +13,13 @@ machine), nor has DDPG's and TD3's later-update allowance since it became a frac
 
 import math
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
+from cleanrl import sac_continuous_action, td3_continuous_action
+from replay_memory import FrameReplayBuffer, frame_replay_buffer
 from tests.helpers import assert_compile_parity, read_scalars, run_script, single_run_dir, values
 from tests.scripts import MULTIGPU_TINY, PPO_LOSSES, needs, standalone
 from tests.test_compile import CASES
@@ -85,13 +89,10 @@ def test_one_process_nccl_run_with_compile_cudagraphs_logs_the_losses_of_the_pla
     )
 
 
-@pytest.mark.parametrize("script", ["sac_continuous_action", "td3_continuous_action"])
-def test_twin_critics_batched_on_cuda_compute_what_they_compute_one_by_one(script):
+@pytest.mark.parametrize("module", [sac_continuous_action, td3_continuous_action], ids=["sac", "td3"])
+def test_twin_critics_batched_on_cuda_compute_what_they_compute_one_by_one(module):
     """The scripts batch their critics on CUDA (one matmul per layer for both): the same values and gradients as
     the one-by-one form the CPU runs, from the same weights."""
-    import importlib
-
-    module = importlib.import_module(f"cleanrl.{script}")
     torch.manual_seed(0)
     batched = module.QNetworks(17, 6, batched=True).cuda()
     one_by_one = module.QNetworks(17, 6, batched=False).cuda()
@@ -106,15 +107,11 @@ def test_twin_critics_batched_on_cuda_compute_what_they_compute_one_by_one(scrip
 
 def test_frame_memory_on_cuda_samples_what_host_memory_samples():
     """Frames in the GPU's memory (frame_replay_buffer's choice there): the same samples as frames in host memory."""
-    import gymnasium as gym
-    import numpy as np
-
-    from replay_memory import FrameReplayBuffer, frame_replay_buffer
-
     space, actions = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(4)
     device = torch.device("cuda")
     on_gpu = frame_replay_buffer(500, space, actions, 2, device, seed=0)
     assert isinstance(on_gpu.frames, torch.Tensor) and on_gpu.frames.is_cuda
+    assert on_gpu.where == f"frames in {on_gpu.frames.device} memory"
     on_host = FrameReplayBuffer(500, space, actions, 2, device, seed=0)
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 255, (2, 4, 84, 84), dtype=np.uint8)

@@ -129,7 +129,8 @@ def test_frames_as_a_tensor_give_the_same_samples_and_checkpoints_as_in_host_mem
 def test_frame_memory_on_the_cpu_keeps_its_frames_in_host_memory():
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     rb = frame_replay_buffer(100, space, gym.spaces.Discrete(4), 2, CPU, seed=0)
-    assert isinstance(rb.frames, np.ndarray)
+    assert isinstance(rb.frames, np.ndarray) and rb.where == "host memory"
+    assert tiny_buffer(8, on_device=True).where == "frames in cpu memory"
 
 
 def test_true_next_obs_takes_final_obs_only_where_a_game_ended():
