@@ -112,6 +112,7 @@ def test_resume_skips_finished_runs_and_reruns_failed_ones(ppo_bench, tmp_path):
     assert "2 runs (2 already finished)" in proc.stdout
 
 
+@pytest.mark.heavy
 def test_resume_stopped_continues_a_run_from_its_checkpoint(tmp_path):
     """--resume-stopped: a run stopped (SIGTERM: it checkpoints and exits) after its first checkpoint starts again in
     its own directory, continues with `--resume auto` and ends as one run whose kept file holds the whole budget; a
@@ -478,6 +479,7 @@ def speed_table(tmp_path_factory):
     return cwd, proc, json.loads((cwd / "speed/results.json").read_text())
 
 
+@pytest.mark.heavy
 def test_throughput_a_failing_variant_is_named_and_the_table_goes_on(speed_table):
     cwd, proc, results = speed_table
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -492,6 +494,7 @@ def test_throughput_a_failing_variant_is_named_and_the_table_goes_on(speed_table
     assert "| ppo | 1 | no-such-flag | failed |" in (cwd / "speed/results.md").read_text()
 
 
+@pytest.mark.heavy
 def test_throughput_reads_sps_from_the_event_files(speed_table):
     cwd, _, results = speed_table
     (row,) = results["results"]

@@ -382,6 +382,7 @@ def start_attempt(moto, cwd: Path, job_id: str, bucket: str, sync_seconds: str) 
     )
 
 
+@pytest.mark.heavy
 def test_spot_interruption_resumes_from_s3_and_equals_an_uninterrupted_run(moto, tmp_path):
     from tests.helpers import assert_same_run, load, run_script, single_run_dir, wait_until
 
@@ -870,6 +871,7 @@ ARTICLE_COMMANDS = [
 ]
 
 
+@pytest.mark.heavy
 def test_docs_cli_commands_run(cli_infra, moto, fake_bin):
     """cloud/examples/setup.sh ran in the fixture; submit.sh is the docs' submit/describe/list/terminate, and starts
     with the CleanRL articles' two commands, verbatim, as does articles.sh, which the docs show. (moto keeps the jobs
@@ -1046,6 +1048,7 @@ def recording(monkeypatch, event: str) -> list:
     return record_calls(monkeypatch, submit, event)
 
 
+@pytest.mark.heavy
 def test_track_takes_the_wandb_key_from_the_job_definitions_secret(cli_infra, aws, capsys, monkeypatch):
     """--track without WANDB_API_KEY here: refused before any job while the job definition has no key, submitted
     when the definition gets it from Secrets Manager (terraform's wandb_secret_arn), with no key in the request."""
@@ -1068,6 +1071,7 @@ def test_track_takes_the_wandb_key_from_the_job_definitions_secret(cli_infra, aw
     capsys.readouterr()
 
 
+@pytest.mark.heavy
 def test_submit_one_job_per_script_env_and_seed(cli_infra, aws, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     monkeypatch.setenv("WANDB_ENTITY", "my-team")
@@ -1138,6 +1142,7 @@ def test_submit_one_job_per_script_env_and_seed(cli_infra, aws, capsys, monkeypa
     assert rows == [(ids[0], "/aws/batch/cleanrl", jobs[ids[0]]["container"]["logStreamName"])]
 
 
+@pytest.mark.heavy
 def test_submit_array_job_and_describe_in_batches_of_100(cli_infra, aws, capsys, monkeypatch):
     ids = cli("submit", "--no-build", "--array", "--seeds", *map(str, range(3, 153)), "--env-ids", "Acrobot-v1")
     assert len(ids) == 1
@@ -1160,6 +1165,7 @@ def test_submit_array_job_and_describe_in_batches_of_100(cli_infra, aws, capsys,
     capsys.readouterr()
 
 
+@pytest.mark.heavy
 def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl:abc123"
@@ -1227,6 +1233,7 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
     capsys.readouterr()
 
 
+@pytest.mark.heavy
 def test_job_definition_by_name_revision_or_arn(cli_infra, aws, capsys):
     batch = boto(aws, "batch")
     newest = max(
@@ -1241,6 +1248,7 @@ def test_job_definition_by_name_revision_or_arn(cli_infra, aws, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.heavy
 def test_cancel_and_terminate(cli_infra, aws, capsys, monkeypatch):
     ids = cli("submit", "--no-build", "--seeds", "11", "12")
     called = recording(monkeypatch, "provide-client-params.batch.*")
@@ -1257,6 +1265,7 @@ def test_cancel_and_terminate(cli_infra, aws, capsys, monkeypatch):
     capsys.readouterr()
 
 
+@pytest.mark.heavy
 def test_dry_run_builds_nothing_and_submits_nothing(cli_infra, aws, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     monkeypatch.setenv("PATH", str(tmp_path))  # no docker at all: a dry run must not need it
@@ -1301,6 +1310,7 @@ if sys.argv[1] == "push" and os.environ.get("AWS_ENDPOINT_URL"):
     return {"bin": bin_dir, "log": log}
 
 
+@pytest.mark.heavy
 def test_build_push_submit_writes_no_secret(cli_infra, aws, tmp_path, fake_docker):
     """build -> ECR login/push -> new revision -> submit, as a subprocess with its own HOME, TMPDIR and cwd; then no
     file anywhere under them holds the W&B key or the ECR password."""
@@ -1364,6 +1374,7 @@ def test_build_push_submit_writes_no_secret(cli_infra, aws, tmp_path, fake_docke
 # Terraform, last: its apply ran in the background during the tests above
 
 
+@pytest.mark.heavy
 def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     tf_env = tf_background
     if "skip" in tf_env:
@@ -1542,11 +1553,13 @@ def start_destroy(tf_env):
     log.close()
 
 
+@pytest.mark.heavy
 def test_docs_cli_teardown(cli_infra, moto):
     """cloud/examples/teardown.sh removes everything setup.sh made."""
     cli_teardown(moto, cli_infra)
 
 
+@pytest.mark.heavy
 def test_terraform_destroy(tf_background, moto):
     tf_env = tf_background
     if "skip" in tf_env:

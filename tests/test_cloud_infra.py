@@ -93,6 +93,7 @@ def revisions(batch, name: str) -> list[int]:
 # The CleanRL articles' commands on a new account, then setup.sh twice
 
 
+@pytest.mark.heavy
 def test_articles_commands_on_a_new_account_then_setup_twice(moto, tmp_path):
     work = examples_for(moto, tmp_path)
     # the documented one-time prerequisites: roles, bucket, repository, log group, launch template

@@ -198,6 +198,7 @@ def summary_rows(folder: Path) -> list[tuple]:
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_sweep_status_resubmit_collect_and_report(aws, tmp_path, capsys):
     """2 scripts x 2 envs x 3 seeds as 4 array jobs; one child dies, `resubmit --failed` runs only it again, `collect`
     brings 12 finished runs home and the report draws 2 algorithms x 2 envs x 3 seeds, nothing merged."""

@@ -22,6 +22,7 @@ from tests.scripts import MULTIGPU_TINY, SCRIPTS, names, needs, script_params, s
 CASES = script_params(names(lambda row: row.compile))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("row", CASES)
 def test_compile_logs_the_same_losses_as_the_plain_path(row, workdir):
     case = row.compile
@@ -54,6 +55,7 @@ def test_compile_logs_the_same_losses_as_the_plain_path(row, workdir):
         assert values(amp, amp_cfg.moved) != values(plain, amp_cfg.moved)
 
 
+@pytest.mark.heavy
 @needs("atari")
 def test_compile_with_two_ranks_logs_the_losses_of_the_plain_path_and_replicas_stay_identical(workdir):
     # --compile wraps policy_step, grad_step (forward, losses, backward) and optimizer_step (clipping, Adam); the

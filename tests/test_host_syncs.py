@@ -65,6 +65,7 @@ def per_step(census: dict) -> dict:
     return {k: s for k, s in census["sites"].items() if s["occasions"] >= census["steps"] / 2}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("row", script_params(names(lambda row: row.action_copy is not None)))
 def test_a_training_step_synchronises_only_to_copy_its_actions(row, workdir):
     census = take_census(row.name, census_args(row), workdir)

@@ -257,6 +257,7 @@ def test_ppg_killed_inside_a_policy_phase_then_resumed_continues_the_same_run(re
     assert final["aux"] is None, "after the auxiliary phase the buffer is spent and not saved"
 
 
+@pytest.mark.heavy
 @needs("procgen")
 def test_ppg_stopped_inside_its_auxiliary_phase_goes_on_there_and_ends_as_an_uninterrupted_run(workdir):
     # The budget is one phase, so all that follows a stop inside its auxiliary phase is distillation of the saved
@@ -386,6 +387,7 @@ def test_sac_halfcheetah_sigint_then_resume_restarts_episodes_and_refills_the_me
     assert len(run_dirs(workdir)) == 1
 
 
+@pytest.mark.heavy
 @needs("atari")
 def test_torchrun_restarts_a_killed_rank_and_the_job_finishes_from_the_checkpoint(workdir):
     iterations = 20  # 2 envs in all (1 per rank) x 32 steps = 64 global steps an iteration

@@ -121,6 +121,7 @@ def losses_of(cwd, *args):
     return {k: v for k, v in read_scalars(single_run_dir(cwd)).items() if k.startswith("losses/")}
 
 
+@pytest.mark.heavy
 def test_scan_and_python_loops_are_the_same_run(workdir):
     # The same actions (the key is carried from step to step in both forms), so the same frames; the updates differ
     # only by XLA's float rounding (one program, or one per minibatch). Measured: equal to 1e-6 relative.
@@ -137,6 +138,7 @@ def test_scan_and_python_loops_are_the_same_run(workdir):
                                    err_msg=key)
 
 
+@pytest.mark.heavy
 def test_target_kl_skips_the_epochs_left_in_both_loop_forms(workdir):
     # --target-kl 0: every epoch's KL is above it, so only the first epoch of each update runs: the run equals one
     # with --update-epochs 1
@@ -159,6 +161,7 @@ def host_to_device_transfers(cwd, *args) -> int:
     return len(re.findall(r"host-to-device transfer", proc.stderr))
 
 
+@pytest.mark.heavy
 def test_nothing_crosses_between_host_and_device_at_a_step(workdir):
     # A transfer at every env step (an action or observation copied, a Python index into a device array) would add
     # at least one per step: doubling the steps of 2 iterations adds 64. Counted, the same run with twice the steps

@@ -242,6 +242,7 @@ def start_nodes(dirs, args) -> list[subprocess.Popen]:
     ]
 
 
+@pytest.mark.heavy
 def test_two_nodes_without_a_shared_runs_directory_resume_from_node_0(tmp_path):
     # As a retried multi-node AWS Batch job: node 0 has runs/ (restored from S3), node 1 an empty directory. Rank 0
     # reads the checkpoint and broadcasts it; if rank 1 started afresh instead, its Adam state (and its iteration

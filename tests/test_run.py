@@ -81,6 +81,7 @@ def test_runs_through_updates_then_saves_evaluates_and_says_where_into_a_log_fil
     assert summary.fullmatch(lines[-1]), lines[-1]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("row", script_params())
 def test_same_seed_gives_identical_losses(row, workdir):
     logged = []
