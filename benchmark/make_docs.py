@@ -361,7 +361,8 @@ A finished run's episodes are kept in `benchmark/kept/<script>/<env>/seed<k>.jso
 resumes where it stopped, on any machine; `python benchmark/suite.py --dry-run` shows what is kept. The long
 SAC, Atari and Procgen runs also checkpoint as they go (DQN and C51 with their replay memory): stopped, a run continues
 from its last checkpoint on the same machine (`--resume-stopped`, `--resume auto`) instead of starting over; the games
-in progress restart. A finished run's checkpoint is deleted. This page,
+in progress restart. To stop the suite, press Ctrl-C or send it SIGTERM (`kill <pid>`): the runs save a checkpoint and
+exit before the suite does. A finished run's checkpoint is deleted. This page,
 the figures and the "Benchmark results" sections of the algorithm pages are then regenerated from the kept files:
 
 ```bash

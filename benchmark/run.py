@@ -28,6 +28,9 @@ reads the events of one run. With --resume-stopped a run's checkpoint is deleted
 events, model file and kept file stay). Nothing is retried within one invocation: a failed run stays failed, it is listed in the
 summary table with its exit code and log tail, and the runner exits 1.
 
+Stopping: Ctrl-C, SIGTERM or SIGHUP to the runner sends SIGTERM to its runs (the scripts save a checkpoint when they
+have --save-model and exit), waits for them, prints the summary and exits with 128 + the signal's number.
+
 GPUs: taken from CUDA_VISIBLE_DEVICES when it is set, else from `nvidia-smi -L`. Each run gets
 `--gpus-per-run` of them in CUDA_VISIBLE_DEVICES, the least busy first (round-robin when all are equally busy).
 
@@ -290,15 +293,28 @@ def log_tail(run: Run, n: int) -> list[str]:
     return run.log.read_text(errors="replace").splitlines()[-n:]
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """The runner was asked to stop by a signal; it exits with 128 + the signal's number, as the shell reports it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 def execute(runs: list[Run], workers: int, gpu_ids: list[str], gpus_per_run: int, timeout: Optional[float]) -> None:
     pending = [r for r in runs if r.status == "pending"]
     running: list[Run] = []
     busy = {g: 0 for g in gpu_ids}
     total, done = len(pending), 0
     # Ctrl-C only sets a flag that the loop reads between polls: a KeyboardInterrupt raised inside Popen.poll() can
-    # leave the Popen's internal wait lock held, and the wait for the stopped child below would then hang forever
+    # leave the Popen's internal wait lock held, and the wait for the stopped child below would then hang forever.
+    # SIGTERM (kill, a scheduler) and SIGHUP (the terminal closed) do the same: by default they would end the runner
+    # alone and leave its runs going, orphaned, in folders whose lock is then free for a second runner.
     interrupted: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    previous = {s: signal.signal(s, lambda signum, frame: interrupted.append(signum)) for s in STOP_SIGNALS}
     try:
         while (pending or running) and not interrupted:
             while pending and len(running) < workers and not interrupted:
@@ -330,9 +346,10 @@ def execute(runs: list[Run], workers: int, gpu_ids: list[str], gpus_per_run: int
                 done += 1
                 print(f"[{done}/{total} {run.status}] {run.env_id} seed {run.seed}: exit {code}, {run.seconds:.1f} s", flush=True)
         if interrupted:
-            raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        # stop the children we started; their runs have no marker, so the next invocation runs them again
+            raise Stopped(interrupted[0])
+    except (KeyboardInterrupt, Stopped):
+        # stop the children we started (SIGTERM: the scripts save a checkpoint first); their runs have no marker, so
+        # the next invocation runs them again, or continues them with --resume-stopped
         for run in running:
             run.proc.terminate()
         for run in running:
@@ -342,7 +359,8 @@ def execute(runs: list[Run], workers: int, gpu_ids: list[str], gpus_per_run: int
             run.note = "not started (interrupted)"
         raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         for run in running:
             if run.proc.poll() is None:
                 run.proc.kill()
@@ -417,3 +435,5 @@ if __name__ == "__main__":
         sys.exit(main(*parse(sys.argv[1:])))
     except KeyboardInterrupt:
         sys.exit(130)
+    except Stopped as stop:
+        sys.exit(128 + stop.signum)

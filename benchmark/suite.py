@@ -15,6 +15,7 @@ Run:
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -151,9 +152,36 @@ def main(args: Args) -> int:
         # The runs' own `python` and `torchrun` are this interpreter's (its virtual environment first on PATH), even
         # when the suite was started as .venv/bin/python without activating the environment.
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-        proc = subprocess.run([sys.executable, *cmd[1:]], cwd=ROOT, check=False, env=dict(os.environ, PATH=path))
-        failed += proc.returncode != 0
+        code = run_forwarding_stops([sys.executable, *cmd[1:]], env=dict(os.environ, PATH=path))
+        if code > 128 and code - 128 in STOP_SIGNALS:
+            return code  # the runner was stopped: the later entries do not start
+        failed += code != 0
     return 1 if failed else 0
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run_forwarding_stops(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> int:
+    """Run benchmark/run.py and wait for it. A stop signal to the suite is passed on to the runner, which stops its
+    runs (they checkpoint) and prints its summary; killed by default, the suite would leave the runner going."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env)
+    stopped: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signum)  # Ctrl-C reaches the runner from the terminal too; a second one is harmless
+
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
+    try:
+        code = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if stopped:
+        return 128 + stopped[0]
+    return code if code >= 0 else 128 - code
 
 
 if __name__ == "__main__":

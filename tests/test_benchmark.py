@@ -189,6 +189,75 @@ def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
     assert not (tmp_path / "r/x/A/seed1/DONE.json").exists()
 
 
+def sigterm_trap(path: Path) -> Path:
+    """A run that says when it has started and, on SIGTERM, writes `got-sigterm` in its working directory (as a
+    script saves its checkpoint) and exits 143."""
+    path.write_text(
+        "import pathlib, signal, sys, time\n"
+        "def stop(signum, frame):\n"
+        "    pathlib.Path('got-sigterm').write_text('saved')\n"
+        "    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    return path
+
+
+def wait_for_line(path: Path, line: str, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and line in path.read_text().splitlines():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never said {line!r}")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stopped_runner_stops_its_runs_first(tmp_path, stop):
+    """kill (SIGTERM) or a closed terminal (SIGHUP) ends the runner only after its runs: they get SIGTERM (a script
+    saves its checkpoint), the summary lists them as interrupted, and the runner exits 128 + the signal."""
+    trap = sigterm_trap(tmp_path / "trap.py")
+    args = [sys.executable, str(ROOT / "benchmark/run.py"), "--command", f"{sys.executable} {trap} {{env_id}} {{seed}}",
+            "--name", "x", "--env-ids", "A", "B", "--seeds", "1", "--workers", "2", "--out", "r"]
+    runner = subprocess.Popen(args, cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        for env_id in ("A", "B"):
+            wait_for_line(tmp_path / f"r/x/{env_id}/seed1/log.txt", "ready")
+        runner.send_signal(stop)
+        out, _ = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 128 + stop, out
+    for env_id in ("A", "B"):
+        run = tmp_path / f"r/x/{env_id}/seed1"
+        assert (run / "got-sigterm").read_text() == "saved", f"run {env_id} was not stopped by the runner"
+        assert not (run / "DONE.json").exists()
+        assert f"| {env_id} | 1 | failed | 143 |" in out
+    assert "interrupted" in out
+
+
+def test_the_suite_passes_a_stop_on_to_its_runner(tmp_path):
+    """benchmark/suite.py waits for benchmark/run.py; SIGTERM to the suite reaches the runner (here a stand-in that
+    saves and exits) and the suite exits 143 after it, not before."""
+    trap = sigterm_trap(tmp_path / "trap.py")
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from benchmark.suite import run_forwarding_stops; "
+        "sys.exit(run_forwarding_stops([sys.executable, sys.argv[2]], env=dict(os.environ), cwd=sys.argv[3]))"
+    )
+    suite = subprocess.Popen([sys.executable, "-c", code, str(ROOT), str(trap), str(tmp_path)], env=script_env(),
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert suite.stdout.readline().strip() == "ready"
+        suite.send_signal(signal.SIGTERM)
+        assert suite.wait(timeout=60) == 143
+    finally:
+        if suite.poll() is None:
+            suite.kill()
+    assert (tmp_path / "got-sigterm").read_text() == "saved"
+
+
 def test_runner_bad_input_fails_before_any_result_folder(tmp_path):
     proc = bench("--env-ids", "CartPole-v1", "--out", "r", "--", "python", "cleanrl/no_such_script.py", cwd=tmp_path)
     assert proc.returncode == 1
@@ -601,7 +670,9 @@ def test_throughput_passes_flags_the_upstream_scripts_accept():
     # every upstream flag exists in the upstream script's Args and sets the same sizes as ours: one subprocess in the
     # upstream venv parses them all with the script's own Args (its training code does not run)
     names = [n for n in SPECS if "upstream" in SPECS[n]]
-    assert {n for n in SPECS if n not in names} == {"ppg_procgen"}
+    # the scripts without an upstream run say why (procgen, and the 2022 JAX stack, do not install here)
+    assert {n for n in SPECS if n not in names} == {"ppg_procgen", "ppo_atari_envpool_xla_jax_scan"}
+    assert all(SPECS[n].get("upstream_na") for n in SPECS if n not in names)
     jobs = [(n, str(CLEANRL_SNAPSHOT / "cleanrl" / SPECS[n]["script"]), cleanrl_argv(SPECS[n], budget(SPECS[n], 1.0)[0], 1, False)[1]) for n in names]  # fmt: skip
     code = (
         "import json, runpy, sys, tyro\n"
