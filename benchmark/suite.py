@@ -27,6 +27,7 @@ import tyro
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmark.kept import KEPT, kept_path  # noqa: E402  (a tool, not an algorithm script)
+from benchmark.run import STOP_SIGNALS  # noqa: E402  (the signals the runner stops on)
 
 CLASSIC = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"]
 
@@ -157,9 +158,6 @@ def main(args: Args) -> int:
             return code  # the runner was stopped: the later entries do not start
         failed += code != 0
     return 1 if failed else 0
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run_forwarding_stops(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> int:

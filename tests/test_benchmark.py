@@ -21,7 +21,7 @@ from benchmark.report import (
     bootstrap_band, final_return, iqm, iqm_rows, mean_rows, parse_run_name, stratified_bootstrap_ci, t_halfwidth,
 )  # fmt: skip
 from benchmark.throughput import SPECS, budget, cleanrl_argv, script_argv
-from tests.helpers import ROOT, read_scalars, script_env, single_run_dir, values
+from tests.helpers import ROOT, read_scalars, script_env, single_run_dir, values, wait_until
 
 PPO = ROOT / "cleanrl" / "ppo.py"
 QUICK = f"{sys.executable} -c"  # a python that does not import torch: cheap fake runs
@@ -204,15 +204,6 @@ def sigterm_trap(path: Path) -> Path:
     return path
 
 
-def wait_for_line(path: Path, line: str, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if path.exists() and line in path.read_text().splitlines():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never said {line!r}")
-
-
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
 def test_a_stopped_runner_stops_its_runs_first(tmp_path, stop):
     """kill (SIGTERM) or a closed terminal (SIGHUP) ends the runner only after its runs: they get SIGTERM (a script
@@ -223,7 +214,8 @@ def test_a_stopped_runner_stops_its_runs_first(tmp_path, stop):
     runner = subprocess.Popen(args, cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE, text=True)
     try:
         for env_id in ("A", "B"):
-            wait_for_line(tmp_path / f"r/x/{env_id}/seed1/log.txt", "ready")
+            log = tmp_path / f"r/x/{env_id}/seed1/log.txt"
+            wait_until(lambda: log.exists() and "ready" in log.read_text(), runner, f"run {env_id}'s start")
         runner.send_signal(stop)
         out, _ = runner.communicate(timeout=60)
     finally:
