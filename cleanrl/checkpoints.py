@@ -4,6 +4,7 @@ atomically with a checksum; read weights-only, after the checksum), the checkpoi
 random generators, and the environments' state as plain data."""
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -15,6 +16,7 @@ import random
 import re
 import tempfile
 import time
+import unicodedata
 import zipfile
 import zlib
 from collections import deque
@@ -56,11 +58,17 @@ def claim_run_directory(prefix: str) -> tuple[str, str]:
 def lock_run_directory(run_dir: str) -> int:
     """Hold the run directory for this process: an exclusive flock on run_dir/.lock, which the kernel drops when the
     process ends, however it ends (kill -9 included), so a stale lock never blocks a resume. A second process (two
-    resumes of one run) fails in one line naming the holder's pid. Returns the open descriptor, kept for the run."""
+    resumes of one run) fails in one line naming the holder's pid. A run directory or a .lock that is a symbolic link
+    is refused (a planted link would have the lock file's truncation land on its target), and, once the lock is held,
+    the temporaries of writes that a kill cut short are removed. Returns the open descriptor, kept for the run."""
+    if os.path.islink(run_dir):
+        fail(f"{run_dir} is a symbolic link; a run directory must be a real directory (move the run there)")
     path = os.path.join(run_dir, ".lock")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            fail(f"{path} is a symbolic link; a run's lock file is never followed (remove the link)")
         fail(f"cannot write in the run directory {run_dir}: {describe_os_error(e)}")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -77,7 +85,23 @@ def lock_run_directory(run_dir: str) -> int:
     except OSError as e:
         os.close(fd)
         fail(f"cannot write in the run directory {run_dir}: {describe_os_error(e)}")
+    remove_stale_temporaries(run_dir)
     return fd
+
+
+# save_checkpoint's temporaries: {file}.tmp.{random}, beside the checkpoint or model they become
+TEMPORARY = re.compile(r".+\.(pt|cleanrl_model)\.tmp\..+")
+
+
+def remove_stale_temporaries(run_dir: str) -> None:
+    """Remove the temporaries in run_dir that no write will finish: a kill -9 during a checkpoint write, or a second
+    signal during a signal's checkpoint, leaves one behind (gigabytes, with --save-buffer). Called with the lock held,
+    so no process of this run is writing one; a link is removed as a link, never followed."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(run_dir):
+            if TEMPORARY.fullmatch(entry.name) and not entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.remove(entry.path)
 
 
 HELD_DIRECTORIES: dict[str, int] = {}  # the run directories this process holds: real path -> lock descriptor
@@ -186,7 +210,68 @@ def load_checkpoint(path: str, script: str, hint: str = "") -> dict:
     missing = [key for key in RUN_ENTRIES if key not in checkpoint]
     if missing or not isinstance(checkpoint["args"], dict):
         fail(f"{path} is not a whole checkpoint of {script}: it lacks {', '.join(missing or ['args'])}")
+    problem = run_entries_problem(checkpoint)
+    if problem:
+        fail(f"{path} is not a checkpoint this script can continue: {problem}")
     return checkpoint | {"loaded_from": path}
+
+
+def plain_name_problem(name) -> Optional[str]:
+    """Why `name` cannot name a file or directory inside runs/ (a '/', '.', '..', a control character), or None."""
+    if not isinstance(name, str) or not name:
+        return "it is empty" if name == "" else f"it is a {type(name).__name__}, not text"
+    if "/" in name or name in (".", ".."):
+        return "it is a path, not a plain name"
+    if any(unicodedata.category(c).startswith("C") for c in name):
+        return "it holds a control character"
+    return None
+
+
+def is_count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def run_entries_problem(checkpoint: dict) -> Optional[str]:
+    """What is wrong with the run entries of a checkpoint (their types and ranges, as start() and Run use them), or
+    None. A checkpoint is data from wherever it came from: its entries are checked as a command line's
+    flags are (flags.saved_args checks its flags)."""
+    name_problem = plain_name_problem(checkpoint["run_name"])
+    if name_problem:
+        return f"its run name {checkpoint['run_name']!r} cannot name a run directory ({name_problem})"
+    for key in ("iteration", "global_step"):
+        if not is_count(checkpoint[key]):
+            return f"its {key} is {checkpoint[key]!r}, not a whole number at least 0"
+    if "updates" in checkpoint and not is_count(checkpoint["updates"]):
+        return f"its updates is {checkpoint['updates']!r}, not a whole number at least 0"
+    if type(checkpoint["finished"]) is not bool:
+        return f"its finished is {checkpoint['finished']!r}, not True or False"
+    if not isinstance(checkpoint["next_obs"], torch.Tensor):
+        return f"its next_obs is a {type(checkpoint['next_obs']).__name__}, not a tensor"
+    returns = checkpoint.get("recent_returns", [])
+    if not (isinstance(returns, list) and all(type(r) in (int, float) for r in returns)):
+        return "its recent_returns is not a list of numbers"
+    return None  # rng and envs: a multi-GPU checkpoint holds one per rank; Run.restore checks the rank's own
+
+
+def rng_state_problem(state) -> Optional[str]:
+    """Why `state` is not an rng_state() that set_rng_state can put back, or None: tried on fresh generators of each
+    kind, so the global ones are never left half set."""
+    try:
+        random.Random().setstate(state["python"])
+        key = state["numpy_key"]
+        if not (isinstance(key, torch.Tensor) and key.dtype == torch.int64 and tuple(key.shape) == (624,)):
+            raise ValueError("numpy_key is not 624 int64 words")
+        if not (type(state["numpy_pos"]) is int and 0 <= state["numpy_pos"] <= 624):
+            raise ValueError(f"numpy_pos {state['numpy_pos']!r} is not in [0, 624]")
+        has_gauss, gauss = state["numpy_gauss"]
+        np.random.RandomState().set_state(("MT19937", key.numpy().astype(np.uint32), int(state["numpy_pos"]),
+                                           int(has_gauss), float(gauss)))
+        torch.Generator().set_state(state["torch"])
+        if not (isinstance(state["cuda"], list) and all(isinstance(t, torch.Tensor) for t in state["cuda"])):
+            raise ValueError("cuda is not a list of generator states")
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError, OverflowError) as e:
+        return f"its rng entry is not a random generators' state ({type(e).__name__}: {first_line(e)})"
+    return None
 
 
 # how a damaged checkpoint is got past: a run keeps one checkpoint, the latest
@@ -304,6 +389,8 @@ def encode_state(value, seen: set):
             return ("dict", [list(item) for item in items])
         values = [v for _, v in items]
         return ("deque", value.maxlen, values) if kind is deque else (kind.__name__, values)
+    if getattr(type(value), "transparent", False):  # a wrapper without state: its inner env stands in its place
+        return encode_state(value.env, seen)
     if isinstance(value, STATE_OBJECTS) and hasattr(value, "__dict__"):
         if id(value) in seen:  # an object met before (a space shared by two layers) is restored where first met
             return ("seen",)
@@ -372,6 +459,9 @@ def restore_state(current, saved, where: str = "envs", depth: int = 0):
             return current
         if tag == "object":
             name, attributes = body
+            outer = current  # a transparent wrapper (encode_state) stays where it is; its inner env is restored
+            while getattr(type(current), "transparent", False):
+                current = current.env
             # (a class saved from a script, __main__, may since have moved to a companion module)
             moved = name.startswith("__main__.") and name[9:] == type(current).__qualname__
             if current is MISSING or class_name(current) != name and not moved:
@@ -380,7 +470,7 @@ def restore_state(current, saved, where: str = "envs", depth: int = 0):
             for attr, value in attributes.items():
                 vars(current)[attr] = restore_state(vars(current).get(attr, MISSING), value, f"{where}.{attr}",
                                                     depth + 1)
-            return current
+            return outer
     except EnvStateError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as e:
@@ -483,13 +573,24 @@ class FailedWrites:
         self.file.flush()
 
 
+# The mode a plain open() gives a new file, 0o666 less the umask, which can only be read by setting it: read once, at
+# import, before the run starts any thread that could create a file meanwhile.
+UMASK = os.umask(0o022)
+os.umask(UMASK)
+NEW_FILE_MODE = 0o666 & ~UMASK
+
+
 def save_checkpoint(checkpoint, path: str) -> None:
-    """Atomic and sealed: write path.tmp.{pid} (no two processes share one), add its checksum record, fsync, os.replace
-    over path; a kill leaves the old or the new file, never a torn one. A failed write (a full disk, a quota, an I/O
-    error) fails in one line that says why, the old file intact and no .tmp left behind."""
-    tmp, sink = f"{path}.tmp.{os.getpid()}", None
+    """Atomic and sealed: write a temporary beside path, add its checksum record, fsync, os.replace over path; a kill
+    leaves the old or the new file, never a torn one. The temporary is made by mkstemp: a name nobody can predict,
+    created exclusively and never through a link, so a link planted in the run directory cannot redirect the write.
+    A failed write (a full disk, a quota, an I/O error) fails in one line that says why, the old file intact and no
+    temporary left behind."""
+    sink, tmp = None, None
     try:
-        with open(tmp, "wb") as f:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=os.path.basename(path) + ".tmp.")
+        os.fchmod(fd, NEW_FILE_MODE)  # mkstemp's 0o600 would hide the checkpoint from the run's other readers
+        with open(fd, "wb") as f:
             sink = FailedWrites(f)
             torch.save(checkpoint, sink)
         add_checksum(tmp)
@@ -500,9 +601,10 @@ def save_checkpoint(checkpoint, path: str) -> None:
             directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
             os.fsync(directory)
             os.close(directory)
-    except BaseException as e:  # also a kill signal's exception or a bug: never leave the .tmp behind
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
+    except BaseException as e:  # also a kill signal's exception or a bug: never leave the temporary behind
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
         # torch.save reports a failed write as a RuntimeError, zipfile a torn archive as BadZipFile
         if not isinstance(e, (OSError, RuntimeError, zipfile.BadZipFile)):
             raise

@@ -37,8 +37,9 @@ def probe_env(env_id: str, action_space: type, finite_actions: bool = False) -> 
             fail(f"{env_id} has action shape {space.shape}; {script} supports 1-D Box actions only")
         if finite_actions and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             fail(f"{env_id} has unbounded action space {space}; {script} needs finite low and high bounds")
-        if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-            fail(f"{env_id} has observation space {obs_space}; {script} supports flat Box observations only")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        fail(f"{env_id} has observation space {obs_space}; {script} supports flat Box observations only (a 1-D "
+             "array of numbers: flatten a Dict or Tuple space with gymnasium's FlattenObservation)")
     return env
 
 
@@ -56,7 +57,51 @@ def make_envs(env_id: str, num_envs: int, capture_video: bool, run_name: str) ->
     so every step is a real transition and a truncated episode can bootstrap from its final observation."""
     envs = gym.vector.SyncVectorEnv([make_env(env_id, i, capture_video, run_name) for i in range(num_envs)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    return gym.wrappers.vector.RecordEpisodeStatistics(FiniteObservations(envs, env_id))
+
+
+class FiniteObservations(gym.vector.VectorWrapper):
+    """Stops the run in one line when an environment observes NaN or inf: it would reach the policy at once (a
+    sampled action fails inside torch) and then the losses. Checked where the observations are still numpy on the
+    host, so no device synchronisation is added: one np.isfinite per step (the wrapper costs about 3.5 us a step on
+    4 CartPole envs, of 52 us) and one per ended episode's final observation. An observation that follows a
+    non-finite continuous action is not checked: the policy, not the environment, went wrong. Holds no state (its step count, for
+    the message, starts at 0 in each process): checkpoints.encode_state passes through it (`transparent`), so a
+    checkpoint's environment state is the same with or without it."""
+
+    transparent = True
+
+    def __init__(self, env: gym.vector.VectorEnv, env_id: str):
+        super().__init__(env)
+        self.env_id, self.steps = env_id, 0
+        self.floats = np.dtype(env.single_observation_space.dtype).kind == "f"  # else nothing to check (integers)
+        self.float_actions = np.dtype(env.single_action_space.dtype).kind == "f"
+
+    def check(self, obs, where: str) -> None:
+        if self.floats and not np.isfinite(obs).all():
+            obs = np.asarray(obs)
+            bad = obs[~np.isfinite(obs)].flat[0]
+            fail(f"{self.env_id} observed {bad} ({where}, environment step {self.steps}); a policy cannot act on it: "
+                 "the run stops without saving, so no checkpoint holds it (fix the environment, or clip its "
+                 "observations with a wrapper)")
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.check(obs, "at a reset")
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.steps += 1
+        if self.float_actions and not np.isfinite(actions).all():
+            # the policy itself went non-finite (its parameters): the environment is not to blame, and the run's
+            # once-per-update check names the parameter
+            return obs, reward, terminated, truncated, info
+        self.check(obs, "in a step")
+        if "_final_obs" in info:
+            for i in np.flatnonzero(info["_final_obs"]):
+                self.check(info["final_obs"][i], "as an episode's final observation")
+        return obs, reward, terminated, truncated, info
 
 
 # Atari environments with the preprocessing of Mnih et al. 2015 (OpenAI Baselines' atari_wrappers): noop reset (up

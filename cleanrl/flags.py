@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import typing
+import unicodedata
 from dataclasses import asdict, dataclass
 from typing import Annotated, NamedTuple, Optional
 
@@ -58,7 +59,7 @@ class RunArgs:
     eval_max_seconds: PositiveFloat = 1800.0
     """stop an evaluation that takes longer than this many seconds (it then gives no result)"""
     checkpoint_frequency: NonNegativeInt = 0
-    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT/SIGTERM)"""
+    """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT, SIGTERM, SIGHUP)"""
     resume: Optional[str] = None
     """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
     eval_only: Optional[str] = None
@@ -121,8 +122,9 @@ def check_flags_given_once(argv: list[str]) -> None:
 def check_run_flags(args) -> None:
     """The run flags that must agree with each other and with the machine, checked before anything is written."""
     name = args.exp_name
-    if not name or "/" in name or "\0" in name or name in (".", ".."):
-        fail(f"--exp-name {name!r} must be a plain name (no '/'): it names a directory under runs/")
+    if not name or "/" in name or name in (".", "..") or any(unicodedata.category(c).startswith("C") for c in name):
+        fail(f"--exp-name {name!r} must be a plain name (no '/', no control character): it names a directory under "
+             "runs/ and appears in one-line messages")
     if args.eval_only is not None and args.resume is not None:
         fail("--eval-only evaluates a saved model and --resume continues a run's training; give one of them")
     if args.capture_video:
@@ -143,8 +145,13 @@ def flag_ranges(args_cls) -> dict[str, str]:
 
 def check_flag_ranges(args) -> None:
     """Every flag within the range its type declares, every float flag finite; else fail naming the flag."""
-    ranges = flag_ranges(type(args))
-    for name, value in asdict(args).items():
+    check_flag_values(type(args), asdict(args))
+
+
+def check_flag_values(args_cls, values: dict) -> None:
+    """check_flag_ranges for flag values by name (a checkpoint's saved flags, before they become args_cls)."""
+    ranges = flag_ranges(args_cls)
+    for name, value in values.items():
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         flag = f"--{name.replace('_', '-')}"
@@ -174,14 +181,85 @@ def whole_iterations(total_timesteps: int, steps_per_iteration: int, unit: str) 
 
 
 def resumed_args(args_cls, checkpoint: dict):
-    """The checkpoint's flags, the given ones on top; only ALLOWED_ON_RESUME may differ (else not the same run)."""
-    try:
-        saved = args_cls(**checkpoint["args"])
-    except TypeError as e:
-        fail(f"the checkpoint's flags do not fit this script's: {e}")
+    """The checkpoint's flags, the given ones on top; only ALLOWED_ON_RESUME may differ (else not the same run). The
+    saved flags are checked as typed ones are (saved_args); the merged ones by check_run_flags here and by
+    check_flag_ranges in the caller."""
+    saved = saved_args(args_cls, checkpoint["args"], checkpoint["loaded_from"])
     args = tyro.cli(args_cls, default=saved)
     changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
     if changed:
         fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
                                           for k in changed) + " when resuming")
+    check_run_flags(args)
     return args
+
+
+def saved_args(args_cls, saved: dict, path: str):
+    """The flags a checkpoint holds, as args_cls, checked as the command line is: each of this script's flags, of its
+    declared type (a Literal's values only), and an env id that imports no module unless the command line names it
+    (trust_env_id)."""
+    check_saved_flags(args_cls, saved, path)
+    try:
+        return args_cls(**saved)
+    except TypeError as e:
+        fail(f"the checkpoint's flags do not fit this script's: {e}")
+
+
+def check_saved_flags(args_cls, saved: dict, path: str) -> None:
+    """Each of the saved flags that args_cls has: its declared type, its range; the env id by trust_env_id."""
+    hints = typing.get_type_hints(args_cls, include_extras=True)
+    known = {name: value for name, value in saved.items() if name in hints}
+    for name, value in known.items():
+        if not fits_type(value, hints[name]):
+            fail(f"{path} holds --{name.replace('_', '-')} {value!r}, which is not a {type_name(hints[name])}")
+    check_flag_values(args_cls, known)
+    if "env_id" in known:
+        trust_env_id(known["env_id"], path)
+
+
+def fits_type(value, hint) -> bool:
+    """Whether `value` is of the flag type `hint` (bool, int, float, str, None, Literal, Optional, Annotated)."""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        return fits_type(value, typing.get_args(hint)[0])
+    if origin is typing.Union:
+        return any(fits_type(value, part) for part in typing.get_args(hint))
+    if origin is typing.Literal:
+        return any(type(value) is type(choice) and value == choice for choice in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return type(value) in (int, float)
+    return type(value) is hint
+
+
+def type_name(hint) -> str:
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        return type_name(typing.get_args(hint)[0])
+    if origin is typing.Union:
+        return " or ".join(type_name(part) for part in typing.get_args(hint))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(choice) for choice in typing.get_args(hint))
+    return "None" if hint is type(None) else hint.__name__
+
+
+def flag_given(name: str, argv: Optional[list[str]] = None) -> Optional[str]:
+    """The value the command line gives flag `name` (--env-id X or --env-id=X, either spelling), or None."""
+    argv = sys.argv[1:] if argv is None else argv
+    spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
+    for i, token in enumerate(argv):
+        if token == "--":
+            break
+        flag, eq, value = token.partition("=")
+        if flag in spellings:
+            return value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
+
+
+def trust_env_id(env_id: str, path: str) -> None:
+    """An env id a file gives ("module:Env-v0" makes gym.make import `module`, which can run any code on sys.path)
+    is used only without a module prefix, unless the command line names the same id: a file cannot choose code."""
+    if ":" in env_id and flag_given("env_id") != env_id:
+        fail(f"{path} names the env id {env_id!r}, which would import the module {env_id.split(':')[0]!r}; an id "
+             f"from a file imports nothing unless you give it yourself: add --env-id {env_id}")

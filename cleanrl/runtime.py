@@ -28,9 +28,12 @@ from torch.utils.tensorboard import SummaryWriter
 
 from checkpoints import (
     PytreeState, claim_run_directory, env_state, find_resume_checkpoint, hold_run_directory, load_checkpoint,
-    load_env_state, load_state_of, read_torch_file, rng_state, run_prefix, save_checkpoint, set_rng_state, state_of,
+    load_env_state, load_state_of, read_torch_file, rng_state, rng_state_problem, run_prefix, save_checkpoint,
+    set_rng_state, state_of,
 )
-from flags import check_flag_ranges, check_flags_given_once, check_run_flags, resumed_args, script_name
+from flags import (
+    check_flag_ranges, check_flags_given_once, check_run_flags, check_saved_flags, resumed_args, script_name,
+)
 from messages import describe_os_error, fail, first_line, protect_output, say, warn
 from speed import ThreadGuard, check_speed_args, pick_device
 
@@ -186,7 +189,12 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
     where its checkpoint is), W&B, seeds, device. Only rank 0 creates a directory (the name of another torchrun rank's
     run is never written); a fresh directory that cannot be set up is removed again."""
     writer = None
-    if checkpoint is not None:
+    if checkpoint is not None:  # the entries only the script knows how to check (a multi-GPU rank's own generators)
+        problem = rng_state_problem(checkpoint["rng"])
+        if checkpoint["iteration"] > num_iterations:
+            problem = f"it says iteration {checkpoint['iteration']}, past this run's last ({num_iterations})"
+        if problem:
+            fail(f"{checkpoint['loaded_from']} is not a checkpoint this script can continue: {problem}")
         name, run_dir = checkpoint["run_name"], os.path.dirname(checkpoint["loaded_from"]) or "."
         note = f"; resuming {name} after iteration {checkpoint['iteration']} (global step {checkpoint['global_step']})"
     else:
@@ -236,18 +244,21 @@ def find_non_finite(losses: dict, modules: dict) -> Optional[str]:
     return next(f"parameter {name}" for name, p in named if not bool(torch.isfinite(p).all()))
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class StopSignal:
-    """SIGINT and SIGTERM (docker stop, AWS Batch, a Spot reclaim) only set `received`; the training loop reads it
-    at its next safe point, saves a checkpoint and exits 128 + the signal's number (130, 143), as the default action
-    would: schedulers (AWS Batch's retry rules, torchrun) then see a run that did not finish. A second signal stops
-    at once (the default action)."""
+    """SIGINT, SIGTERM (docker stop, AWS Batch, a Spot reclaim) and SIGHUP (a closed terminal, a dropped ssh session)
+    only set `received`; the training loop reads it at its next safe point, saves a checkpoint and exits 128 + the
+    signal's number (130, 143, 129), as the default action would: schedulers (AWS Batch's retry rules, torchrun) then
+    see a run that did not finish. A second signal stops at once (the default action)."""
 
     def __init__(self):
         self.received: Optional[str] = None
         self.exit_status = 128 + signal.SIGTERM  # also of a rank stopped because another rank got the signal
         self.interrupting = False  # inside an evaluation: a signal stops it at once (bounded_evaluation)
-        signal.signal(signal.SIGINT, self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame) -> None:
         if self.received is None:
@@ -331,6 +342,15 @@ class Progress:
             self.drawn = False
 
 
+def saved_observations(checkpoint: dict, space) -> np.ndarray:
+    """The checkpoint's next_obs, which must be what these envs observe: their shape, in a dtype numpy holds."""
+    saved = checkpoint["next_obs"]
+    if tuple(saved.shape) != tuple(space.shape) or saved.dtype in (torch.bfloat16, torch.complex32):
+        fail(f"{checkpoint['loaded_from']} holds next_obs of shape {tuple(saved.shape)} ({saved.dtype}); these "
+             f"environments observe {tuple(space.shape)} ({space.dtype})")
+    return saved.numpy()
+
+
 class Run:
     """One training run and the calls its loop makes. `state` maps checkpoint keys to the script's stateful objects;
     an entry may be None (saved as None, left as built on resume), e.g. a replay memory only --save-buffer keeps."""
@@ -380,7 +400,7 @@ class Run:
                     fail(f"cannot restore {key!r} from {checkpoint['loaded_from']}: {first_line(e)}")
         if (checkpoint is not None and checkpoint["envs"] is not None
                 and load_env_state(envs, checkpoint["envs"], checkpoint["loaded_from"])):
-            obs = checkpoint["next_obs"].numpy()
+            obs = saved_observations(checkpoint, envs.observation_space)
         else:
             obs, _ = envs.reset(seed=seed + step) if seed is not None else envs.reset()
             if seed is not None:
@@ -580,6 +600,9 @@ def eval_only(args, model_key: str, make_model: Callable[[dict], object], evalua
         name = os.path.basename(os.path.dirname(os.path.abspath(path)))
     else:
         saved = load_checkpoint(path, script)
+        if not isinstance(saved["args"].get("env_id"), str):
+            fail(f"{path} names no env id to evaluate on")
+        check_saved_flags(type(args), saved["args"], path)  # as typed: its env id imports no module, say
         name, args.env_id = saved["run_name"], saved["args"]["env_id"]
     if args.eval_episodes < 1:
         fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")

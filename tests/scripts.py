@@ -491,7 +491,8 @@ SCRIPTS = {s.name: s for s in [
             BadInput(("--num-steps", "10000000000", "--total-timesteps", "40000000000"),
                      "--num-steps 10000000000 x --num-envs 4 asks for a rollout storage of"),
             # run flags that cannot mean what they say
-            BadInput(("--exp-name", "a/b"), "--exp-name 'a/b' must be a plain name (no '/')"),
+            BadInput(("--exp-name", "a/b"), "--exp-name 'a/b' must be a plain name (no '/', no control character)"),
+            BadInput(("--exp-name", "a\nb"), "--exp-name 'a\\nb' must be a plain name"),  # would split the lines
             BadInput(("--track", "--no-track"), "--track and --no-track are both given; give one of them"),
         ),
         # 250k steps with the learning rate doubled from the 500k-step default (2.5e-4), so the annealed

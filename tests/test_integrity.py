@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -386,3 +387,179 @@ def test_capture_video_without_moviepy_fails_before_any_work(workdir):
     assert proc.returncode == 1 and proc.stderr.strip() == (
         "error: --capture-video writes mp4 files with moviepy, which is not installed: pip install moviepy")
     assert run_dirs(workdir) == [] and not (workdir / "videos").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A file a run reads is data for that run only: it never chooses code, a path outside the run, or a file to write
+# (docs/saving-resuming.md, "What a run trusts"). Each probe below passed on the code before that rule.
+EVIL_MODULE = "import pathlib\npathlib.Path('imported').write_text('the module ran')\n"
+
+
+def rewrite(checkpoint: Path, **changes) -> None:
+    """The checkpoint with `changes` (args.NAME for a flag), sealed again: an attacker computes a valid checksum."""
+    saved = load(checkpoint)
+    for key, value in changes.items():
+        if key.startswith("args_"):
+            saved["args"][key[5:]] = value
+        else:
+            saved[key] = value
+    checkpoint.unlink()
+    checkpoints.save_checkpoint(saved, str(checkpoint))
+
+
+def test_a_checkpoint_cannot_choose_code_through_its_env_id(workdir, finished):
+    (workdir / "evilmod.py").write_text(EVIL_MODULE)
+    rewrite(finished / "checkpoint.pt", args_env_id="evilmod:CartPole-v1", finished=False, iteration=4,
+            global_step=512)
+    before = sha256(finished / "checkpoint.pt")
+    env = script_env(PYTHONPATH=str(workdir))  # a writable directory on sys.path, as the attack needs
+    for args in (["--resume", str(finished)], ["--eval-only", str(finished)]):
+        proc = run_script("ppo.py", *args, cwd=workdir, check=False, env=env)
+        assert_one_error(proc, "names the env id 'evilmod:CartPole-v1', which would import the module 'evilmod'",
+                         "add --env-id evilmod:CartPole-v1")
+        assert not (workdir / "imported").exists()
+    assert sha256(finished / "checkpoint.pt") == before
+    # the user names the id: trusted, as if typed for a fresh run
+    run_script("ppo.py", "--eval-only", str(finished), "--env-id", "evilmod:CartPole-v1", "--eval-episodes", "1",
+               cwd=workdir, env=env)
+    assert (workdir / "imported").exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"run_name": "../../escaped"}, "its run name '../../escaped' cannot name a run directory (it is a path"),
+    ({"run_name": "a\nb"}, "cannot name a run directory (it holds a control character)"),
+    ({"args_exp_name": "../escaped"}, "--exp-name '../escaped' must be a plain name"),
+    ({"iteration": -1}, "its iteration is -1, not a whole number at least 0"),
+    ({"iteration": 10**6}, "it says iteration 1000000, past this run's last (8)"),
+    ({"global_step": 512.5}, "its global_step is 512.5, not a whole number at least 0"),
+    ({"args_num_envs": "4"}, "holds --num-envs '4', which is not a int"),
+    ({"args_anneal_lr": 1}, "holds --anneal-lr 1, which is not a bool"),
+    ({"args_num_envs": 0}, "--num-envs must be at least 1, got 0"),
+    ({"args_learning_rate": float("nan")}, "--learning-rate must be a finite number, got nan"),
+    ({"rng": {"python": 1}}, "its rng entry is not a random generators' state"),
+    ({"next_obs": torch.zeros(3)}, "holds next_obs of shape (3,) (torch.float32); these environments observe (4, 4)"),
+], ids=lambda v: next(iter(v)) if isinstance(v, dict) else None)
+def test_a_checkpoint_entry_is_checked_as_a_typed_flag_would_be(workdir, finished, change, message):
+    checkpoint = finished / "checkpoint.pt"
+    rewrite(checkpoint, **({"finished": False, "iteration": 4, "global_step": 512} | change))
+    before = sha256(checkpoint)
+    proc = run_script("ppo.py", "--resume", str(finished), cwd=workdir, check=False)
+    assert_one_error(proc, message)
+    assert sha256(checkpoint) == before and not (workdir / "escaped").exists()
+    assert sorted(p.name for p in workdir.iterdir()) == ["runs"] and not (workdir.parent / "escaped").exists()
+
+
+def test_a_symlinked_lock_or_run_directory_is_refused_and_its_target_kept(workdir):
+    victim = workdir / "victim.txt"
+    victim.write_text("precious\n")
+    run_dir = workdir / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / ".lock").symlink_to(victim)
+    with pytest.raises(SystemExit, match=r"^error: runs/r/\.lock is a symbolic link; a run's lock file is never "):
+        checkpoints.lock_run_directory("runs/r")
+    (workdir / "runs" / "linked").symlink_to(run_dir)
+    with pytest.raises(SystemExit, match=r"^error: runs/linked is a symbolic link; a run directory must be a real "):
+        checkpoints.lock_run_directory("runs/linked")
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_checkpoint_write_never_follows_a_planted_link(workdir):
+    victim = workdir / "victim.txt"
+    victim.write_text("precious\n")
+    # the name every earlier version wrote first (path.tmp.<pid>), and a few pids around it
+    for pid in range(os.getpid() - 2, os.getpid() + 3):
+        (workdir / f"checkpoint.pt.tmp.{pid}").symlink_to(victim)
+    checkpoints.save_checkpoint({"x": torch.ones(3)}, str(workdir / "checkpoint.pt"))
+    assert victim.read_text() == "precious\n"
+    assert torch.equal(load(workdir / "checkpoint.pt")["x"], torch.ones(3))
+    assert os.stat(workdir / "checkpoint.pt").st_mode & 0o777 == checkpoints.NEW_FILE_MODE
+    assert len(list(workdir.glob("checkpoint.pt.tmp.*"))) == 5  # the planted links, and no temporary of its own
+
+
+def test_the_temporaries_of_killed_writes_go_when_the_run_is_locked(workdir):
+    run_dir = workdir / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    stale = ["checkpoint.pt.tmp.4242", "checkpoint.pt.tmp.x7k2_q9", "ppo.cleanrl_model.tmp.abc"]
+    kept = ["checkpoint.pt", "notes.tmp.txt", "events.out.tfevents.1.host.2.0"]
+    for name in stale + kept:
+        (run_dir / name).write_bytes(b"0" * 100)
+    fd = checkpoints.lock_run_directory(str(run_dir))
+    os.close(fd)
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(kept + [".lock"])
+
+
+def test_sighup_checkpoints_and_exits_129(workdir):
+    proc = start("ppo.py", *LONG, *SAVE, "--checkpoint-frequency", "1000", cwd=workdir)
+    wait_until(lambda: (run_dirs(workdir) and any(run_dirs(workdir)[0].glob("events.*"))), proc, "its log")
+    time.sleep(1)
+    out = stop(proc, signal.SIGHUP)
+    assert "SIGHUP: stopped after global step" in out
+    assert not load(single_run_dir(workdir) / "checkpoint.pt")["finished"]
+
+
+TOY_ENVS = '''
+import gymnasium as gym
+import numpy as np
+
+
+class Toy(gym.Env):
+    """Observes 0, 1, 2, ...; at step 5 the observation is `bad` (NaN, say)."""
+
+    def __init__(self, bad=float("nan"), space="box"):
+        self.action_space = gym.spaces.Discrete(2)
+        box = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.observation_space = box if space == "box" else gym.spaces.Dict({"x": box})
+        self.bad, self.t = bad, 0
+
+    def obs(self):
+        return np.full(3, self.bad if self.t == 5 else self.t, np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.obs(), 1.0, False, self.t >= 50, {}
+
+
+gym.register("NaNObs-v0", entry_point=Toy)
+gym.register("InfObs-v0", entry_point=Toy, kwargs={"bad": float("-inf")})
+gym.register("DictObs-v0", entry_point=Toy, kwargs={"space": "dict"})
+'''
+
+
+@pytest.mark.parametrize("script, env_id, message", [
+    ("ppo.py", "NaNObs-v0", "toyenvs:NaNObs-v0 observed nan (in a step, environment step 5); a policy cannot act on it"),
+    ("dqn.py", "InfObs-v0", "toyenvs:InfObs-v0 observed -inf (in a step, environment step 5)"),
+    ("ppo.py", "DictObs-v0", "toyenvs:DictObs-v0 has observation space Dict('x': Box(-inf, inf, (3,), float32)); "
+                             "ppo.py supports flat Box observations only"),
+    ("dqn.py", "DictObs-v0", "dqn.py supports flat Box observations only"),
+])
+def test_an_environment_that_observes_non_finite_values_or_an_unsupported_space_is_one_line(workdir, script, env_id,
+                                                                                         message):
+    (workdir / "toyenvs.py").write_text(TOY_ENVS)
+    proc = run_script(script, "--env-id", f"toyenvs:{env_id}", "--total-timesteps", "2000", "--no-progress",
+                      cwd=workdir, check=False, env=script_env(PYTHONPATH=str(workdir)))
+    assert_one_error(proc, message)
+
+
+def test_the_observation_check_is_transparent_to_a_checkpoints_environment_state():
+    import gymnasium as gym
+
+    import environments
+
+    envs = environments.make_envs("CartPole-v1", 2, False, "x")
+    envs.reset(seed=1)
+    state = checkpoints.encode_state(envs, set())
+    # saved as before the check existed: the statistics wrapper directly over the SyncVectorEnv
+    inner = dict(state[2])["env"]
+    assert inner[0] == "object" and inner[1] == "gymnasium.vector.sync_vector_env.SyncVectorEnv"
+    other = environments.make_envs("CartPole-v1", 2, False, "x")
+    other.reset(seed=7)
+    checkpoints.restore_state(other, state)
+    assert isinstance(other.env, environments.FiniteObservations)
+    assert isinstance(other.env.env, gym.vector.SyncVectorEnv)
+    a, b = envs.step(np.array([0, 1])), other.step(np.array([0, 1]))
+    np.testing.assert_array_equal(a[0], b[0])

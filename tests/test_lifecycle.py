@@ -650,8 +650,8 @@ BAD_INPUT = [bad(row.name, c.args, c.message, c.one_line, c.exact) for row in SC
 @pytest.mark.parametrize("script, args, message, one_line, exact", BAD_INPUT)
 def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir, script, args, message, one_line,
                                                                         exact):
-    common = {"run_name": "x", "iteration": 8, "global_step": 1024, "finished": False, "envs": None, "rng": {},
-              "next_obs": torch.zeros(1)}
+    common = {"run_name": "x", "iteration": 8, "global_step": 1024, "finished": False, "envs": None,
+              "rng": checkpoints.rng_state(), "next_obs": torch.zeros(1)}
     def save(checkpoint: dict, name: str) -> None:  # as the scripts write them: sealed with their checksum
         checkpoints.save_checkpoint(checkpoint, str(workdir / name))
 
@@ -662,7 +662,7 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     shutil.copy(workdir / "dqn.pt", workdir / "dqn_run" / "checkpoint.pt")
     save({"script": "ppg_procgen.py", "args": asdict(PPGArgs()), **common}, "ppg.pt")
     save({"script": "ppo_atari_multigpu.py", "args": asdict(MultiGPUArgs()), **common, "envs": [None, None],
-          "rng": [{}, {}]}, "two_ranks.pt")
+          "rng": [checkpoints.rng_state()] * 2}, "two_ranks.pt")
     (workdir / "garbage.pt").write_bytes(b"not a checkpoint")
     save({"actor.weight": torch.zeros(4, 512), "actor.bias": torch.zeros(4)}, "torch.cleanrl_model")  # a torch model
     (workdir / "hello.txt").write_text("hello world\n")

@@ -153,7 +153,7 @@ def test_an_env_state_saved_from_a_class_that_since_moved_out_of_its_script_stil
     copy.reset(seed=2)
     assert checkpoints.load_env_state(copy, old, "c.pt")
     # (the statistics are a checkpoint entry of their own, environments.Statistics; the env state holds the rest)
-    pendulum, copied = envs.env.env.envs[0].unwrapped, copy.env.env.envs[0].unwrapped
+    pendulum, copied = envs.env.env.env.envs[0].unwrapped, copy.env.env.env.envs[0].unwrapped
     assert (copied.state == pendulum.state).all() and copy.env.episode_lengths.tolist() == [5]
     with pytest.raises(SystemExit, match="was a __main__.Other"):
         checkpoints.load_env_state(normalized(), renamed(state, moved, "__main__.Other"), "c.pt")
