@@ -403,7 +403,10 @@ steps) are one shell file per script, for a machine with GPUs:
 
 - `benchmark/run.py` runs one command over env ids x seeds (`--workers` at a time, GPUs handed out round-robin),
   each run in its own directory under `benchmark/results/`, and with `--keep DIR` keeps each finished run in DIR (the suite passes `benchmark/kept`). A failed run is listed
-  with its exit code and log tail, and the runner exits 1; `python benchmark/run.py --help` lists the flags.
+  with its exit code and log tail, and the runner exits 1; `python benchmark/run.py --help` lists the flags. A run
+  never outlives its runner: on Linux the kernel sends it SIGTERM (it saves a checkpoint) when the runner ends, even
+  by `kill -9`, and a runner refuses a result folder in which a run still holds its directory's lock. A `DONE.json`
+  that is not a marker the runner wrote (cut short, edited, a link) counts as not finished, with a `warning:` line.
 - `benchmark/report.py` draws curves and tables from kept files or TensorBoard event files, and compares result
   folders on the same axes (`--results old/ppo new/ppo --labels before after`), with an aggregate over envs (IQM
   and mean of normalized scores with stratified-bootstrap intervals, after Agarwal et al. 2021,

@@ -8,7 +8,9 @@ Every run gets its own working directory, so the TensorBoard files a script writ
     <out>/<name>/<env_id>/seed<k>/runs/...  what the script writes (TensorBoard events, models)
     <out>/<name>/<env_id>/seed<k>/DONE.json completion marker, written only after the command exited 0
 
-One runner at a time per result folder: it holds a lock on <out>/<name>/.runner.lock while it runs.
+One runner at a time per result folder: it holds a lock on <out>/<name>/.runner.lock while it runs. A run never
+outlives its runner: on Linux the kernel sends it SIGTERM when the runner ends, however it ends (kill -9 included),
+and a runner refuses a result folder in which a run is still going (its script holds runs/<run>/.lock).
 
 Kept results (--keep DIR, which benchmark/suite.py passes as benchmark/kept): when a run finishes, the episodes it
 logged are written to a small JSON file DIR/<name>/<env_id>/seed<k>.json (see benchmark/kept.py). Committed, those
@@ -17,7 +19,8 @@ run whose kept file exists, on any machine. A kept file made by a different comm
 runner before any run starts: give the new benchmark its own --name, or delete the file.
 
 Resume: a run whose kept file or DONE.json exists is skipped (`--no-skip-finished` reruns everything); a finished
-run without a kept file gets one from its event files. A run directory without
+run without a kept file gets one from its event files. A DONE.json that is not a marker this runner wrote (cut
+short, edited, a link) says nothing: a `warning:` line, and the run counts as not finished. A run directory without
 the marker belongs to an attempt that failed or was stopped; it is moved, with its log, to
 `<out>/<name>/.incomplete/<env_id>/seed<k>-<unix time>/` (hidden from the report) and the run starts again, which
 the runner prints. With --resume-stopped, a stopped attempt that left a checkpoint (`runs/*/checkpoint.pt`) is
@@ -42,6 +45,8 @@ Run:
     python benchmark/run.py --help
 """
 
+import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -54,7 +59,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Callable, NoReturn, Optional
 
 import tyro
 
@@ -98,6 +103,10 @@ class Args:
 
 def fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -193,16 +202,64 @@ def plan_runs(args: Args, command: list[str]) -> tuple[Path, list[Run]]:
     return root, runs
 
 
+def read_marker(run: Run) -> Optional[dict]:
+    """The run's completion marker as finish() writes it, or None. A DONE.json that is not one (cut short by a full
+    disk, edited, a link to a file elsewhere) says nothing about the run: one warning, and the run is not finished."""
+    if not run.marker.exists() and not run.marker.is_symlink():
+        return None
+    try:
+        if run.marker.is_symlink() or not run.marker.is_file():
+            raise ValueError("a symbolic link" if run.marker.is_symlink() else "not a regular file")
+        marker = json.loads(run.marker.read_text())
+        if not isinstance(marker, dict) or marker.get("exit_code") != 0:
+            raise ValueError("no exit_code 0")
+        argv, seconds = marker.get("argv"), marker.get("seconds")
+        if not isinstance(argv, list) or not argv or not all(isinstance(t, str) for t in argv):
+            raise ValueError("argv is not a command")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
+            raise ValueError("seconds is not a number")
+    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError and UnicodeDecodeError too
+        warn(f"{run.marker} is not a completion marker ({e}); the run counts as not finished and runs again")
+        return None
+    return marker
+
+
+def run_directory_holder(workdir: Path) -> Optional[tuple[Path, str]]:
+    """A run directory below workdir that a process still holds, and its pid as the lock file says; or None. A script
+    holds runs/<run>/.lock with flock while it runs (cleanrl/checkpoints.py), and the kernel drops the lock when the
+    process ends, so a lock still held is a run that outlived its runner (started by one without this check, or one
+    on another OS): a second copy must not start beside it, nor its directory be moved away under it."""
+    runs = workdir / "runs"
+    if runs.is_symlink() or not runs.is_dir():
+        return None
+    for run_dir in sorted(runs.iterdir()):
+        if run_dir.is_symlink() or not run_dir.is_dir():
+            continue  # not a run directory a script made: nothing of it is opened
+        try:
+            # read only, never through a link, never waiting on a FIFO: the file only tells whether it is locked
+            fd = os.open(run_dir / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue  # no lock file (a run of another program), or not a plain one
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released at once by the close below
+        except BlockingIOError:
+            pid = os.read(fd, 32).decode("ascii", "replace").strip()
+            return run_dir, pid if pid.isdigit() else "unknown"
+        finally:
+            os.close(fd)
+    return None
+
+
 def prepare(run: Run, root: Path, skip_finished: bool, resume_stopped: bool = False) -> None:
     """Skip a finished run, or clear the directory of an earlier attempt so the report never reads it, or (with
     resume_stopped) keep a stopped attempt that has a checkpoint to continue from."""
     if run.kept is not None and run.kept.exists() and skip_finished:
         run.status, run.note = "skipped", "kept result exists"
         return
-    if run.marker.exists() and skip_finished:
+    marker = read_marker(run) if skip_finished else None
+    if marker is not None:
         run.status, run.note = "skipped", "DONE.json exists"
         if run.kept is not None:
-            marker = json.loads(run.marker.read_text())
             keep(run, marker.get("seconds"), argv=marker["argv"])  # the command that made the run, not this one
         return
     stamp = int(time.time())
@@ -223,9 +280,52 @@ def prepare(run: Run, root: Path, skip_finished: bool, resume_stopped: bool = Fa
         moved = root / ".incomplete" / run.env_id / f"seed{run.seed}-{stamp}"
         moved.parent.mkdir(parents=True, exist_ok=True)
         run.workdir.rename(moved)
-        why = "finished, rerun requested" if (moved / "DONE.json").exists() else "no DONE.json"
+        if not (moved / "DONE.json").exists():
+            why = "no DONE.json"
+        else:  # with skip_finished, the marker was not one (read_marker warned)
+            why = "a DONE.json that is not a marker" if skip_finished else "finished, rerun requested"
         run.note = f"earlier attempt ({why}) moved to {moved}"
         print(f"{run.env_id} seed {run.seed}: {run.note}", flush=True)
+
+
+PR_SET_PDEATHSIG = 1  # from linux/prctl.h
+
+
+def tie_to_runner() -> Optional[Callable[[], None]]:
+    """Linux: the preexec_fn of a run, which asks the kernel to send the run SIGTERM when the runner ends, however it
+    ends (kill -9 included): a run never goes on as an orphan that the next runner would start a second copy of in
+    the same folder, and SIGTERM lets the script save its checkpoint. The signal follows the thread that started the
+    run: the runner starts all of them from its main thread. None elsewhere, where run_directory_holder() alone keeps
+    a second copy from starting."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+    runner = os.getpid()
+
+    def tie() -> None:
+        # until the exec the child has the runner's SIGTERM handler, which would only note the signal: the default
+        # action ends it instead
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # the result is not checked: an exception here would fail the start, and the next runner's lock check
+        # still covers a run that outlives its runner
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != runner:  # the runner died before the call: no signal would come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return tie
+
+
+def open_own(path: Path, append: bool = False, exclusive: bool = False):
+    """A text file of the runner's in a run's folder, opened for writing never through a symbolic link (a link
+    planted in a result folder, copied or restored, would send the runner's writes to its target): fails in one
+    line if it is one."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        return open(os.open(path, flags | (os.O_EXCL if exclusive else 0), 0o644), "a" if append else "w")
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            fail(f"{path} is a symbolic link; the runner writes its own files only (remove the link)")
+        raise
 
 
 def start(run: Run, gpus: list[str]) -> None:
@@ -234,12 +334,13 @@ def start(run: Run, gpus: list[str]) -> None:
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     run.gpus = gpus
-    run.log_file = open(run.log, "a" if run.continued else "w")
+    run.log_file = open_own(run.log, append=run.continued)
     run.log_file.write(f"$ cd {run.workdir} && {shlex.join(run.argv)}\n")
     run.log_file.flush()
     run.started = time.time()
     try:
-        run.proc = subprocess.Popen(run.argv, cwd=run.workdir, env=env, stdout=run.log_file, stderr=subprocess.STDOUT)
+        run.proc = subprocess.Popen(run.argv, cwd=run.workdir, env=env, stdout=run.log_file, stderr=subprocess.STDOUT,
+                                    preexec_fn=tie_to_runner())
     except OSError as e:  # e.g. the program does not exist: a failed run like any other, not a crash of the runner
         run.log_file.write(f"could not start: {e}\n")
         finish(run, exit_code=127)
@@ -265,7 +366,9 @@ def finish(run: Run, exit_code: int) -> None:
         }
         # written to a temporary name and renamed, so a marker is never half written
         tmp = run.marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps(marker, indent=2) + "\n")
+        tmp.unlink(missing_ok=True)  # whatever is there (a link included) goes: the marker is written anew
+        with open_own(tmp, exclusive=True) as f:
+            f.write(json.dumps(marker, indent=2) + "\n")
         tmp.rename(run.marker)
         if run.kept is not None:
             keep(run, None if run.continued else run.seconds)  # a continued run's earlier attempts were not timed
@@ -398,7 +501,7 @@ def main(args: Args, command: list[str]) -> int:
         fail(f"--gpus-per-run {args.gpus_per_run} but only {len(gpu_ids)} GPUs: {gpu_ids}")
     if args.dry_run:
         for r in runs:
-            state = "finished, would skip" if r.marker.exists() and args.skip_finished else "would run"
+            state = "finished, would skip" if args.skip_finished and read_marker(r) is not None else "would run"
             print(f"{state}: cd {r.workdir} && {shlex.join(r.argv)}")
         return 0
     # one runner per result folder: a second one would move the first one's unfinished runs aside
@@ -413,6 +516,11 @@ def main(args: Args, command: list[str]) -> int:
     lock.truncate()
     lock.write(str(os.getpid()))
     lock.flush()
+    for r in runs:  # before anything is moved: a run still going keeps its directory
+        held = run_directory_holder(r.workdir)
+        if held is not None:
+            fail(f"{held[0]} is still in use by pid {held[1]}, a run that outlived its runner; wait for it to end or "
+                 f"stop it (SIGTERM: it saves a checkpoint and exits), then start the benchmark again")
     for r in runs:
         prepare(r, root, args.skip_finished, args.resume_stopped)
     print(

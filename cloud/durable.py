@@ -21,14 +21,22 @@ bounded retries with exponential backoff (3 retries after the first attempt); th
 times, waiting CLEANRL_S3_RETRY_SECONDS (default 10) and then 3 times as long between tries. When S3 cannot be
 reached at the restore, or the last upload still fails, this process exits S3_FAILED (75, "temporary failure"), for
 which the job definitions' retry rules start another attempt (which restores what did reach S3 and resumes).
-The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in the tests).
+The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in the tests). Each of the three settings
+in seconds must be above 0 and at most MAX_SECONDS (86400, a day).
+
+What goes up and comes back is data of the run only: regular files of runs/ and videos/, never a symbolic link (nor
+what it points to) nor a temporary (a name with ".tmp"). A restore skips S3's zero-byte folder markers and
+temporaries, and stops in one line at a key that would land elsewhere than on a file inside runs/ or videos/.
+A command that is not found exits 127, as in a shell.
 """
 
 import json
+import math
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -41,15 +49,22 @@ FOLDERS = ("runs", "videos")  # what the scripts write, relative to the working 
 MARKER = "cleanrl-complete.json"  # beside them in the job's folder: the run finished and all of it was uploaded
 S3_FAILED = 75  # exit status when S3 could not be read or written: the job definitions retry it (BSD's EX_TEMPFAIL)
 FINAL_TRIES = 3  # tries of the last upload
+# The longest interval, timeout or wait a setting may ask for. Far below what threading's waits and socket timeouts
+# take (inf and 1e10 raise OverflowError, in the sync thread where nobody sees it); a longer sync interval would
+# save nothing before a Spot reclaim.
+MAX_SECONDS = 86400
+NOT_FOUND, CANNOT_RUN = 127, 126  # exit statuses when the command does not exist or cannot run, as a shell's
 
 
 def positive_seconds(name: str, default: str) -> float:
     value = os.environ.get(name, default)
     try:
         seconds = float(value)
-        assert seconds > 0
-    except (ValueError, AssertionError):
-        fail(f"{name} must be a positive number of seconds, got {value!r}")
+    except ValueError:
+        seconds = math.nan
+    # checked with an if, not an assert: `python -O` drops asserts; nan fails every comparison
+    if not 0 < seconds <= MAX_SECONDS:
+        fail(f"{name} must be a positive number of seconds, at most {MAX_SECONDS} (a day), got {value!r}")
     return seconds
 
 
@@ -68,6 +83,12 @@ def split_s3_url(url: str) -> tuple[str, str]:
         fail(f"CLEANRL_RUNS_S3 must look like s3://BUCKET/PREFIX, got {url!r}")
     bucket, _, prefix = url[5:].partition("/")
     return bucket, prefix.strip("/")
+
+
+def synced(name: str) -> bool:
+    """Whether a file of this name goes up to S3 and comes back at a restore (one rule for both): not the scripts'
+    half-written files (checkpoint.pt.tmp*, ...), which they rename when complete."""
+    return ".tmp" not in name
 
 
 def job_folder(prefix: str, job_id: str) -> str:
@@ -89,20 +110,30 @@ class Sync:
         self.lock = threading.Lock()
 
     def restore(self) -> int:
-        """Download everything under the folder into the working directory; the number of files."""
+        """Download the files under the folder into runs/ and videos/ of the working directory; the number of files.
+        A key is data for the run: it never names a file elsewhere (S3 keys may hold `..`), nor runs/ itself."""
         count = 0
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.folder):
             for obj in page.get("Contents", []):
                 relative = obj["Key"][len(self.folder):]
-                if relative == MARKER:
+                # the completion marker, a folder marker (a zero-byte `name/` the S3 console makes; the job's
+                # folder has one too) or a temporary, which uploads skip: nothing to restore
+                if relative in ("", MARKER) or relative.endswith("/") or not synced(relative.rsplit("/", 1)[-1]):
                     continue
-                parts = Path(relative).parts
-                if not parts or parts[0] not in FOLDERS or ".." in parts or Path(relative).is_absolute():
-                    fail(f"s3://{self.bucket}/{obj['Key']} is not a file of {' or '.join(FOLDERS)}/; not restoring it")
-                Path(relative).parent.mkdir(parents=True, exist_ok=True)
+                where, target = f"s3://{self.bucket}/{obj['Key']}", Path(relative)
+                parts = relative.split("/")
+                if len(parts) < 2 or parts[0] not in FOLDERS or any(p in ("", ".", "..") for p in parts):
+                    fail(f"{where} is not a file of {' or '.join(FOLDERS)}/; not restoring it")
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    clash = target.is_dir()
+                except (FileExistsError, NotADirectoryError):
+                    clash = True
+                if clash:  # S3 holds both runs/a and runs/a/b, which no file system can
+                    fail(f"{where} would be a file and a folder at once with another key; not restoring it")
                 self.s3.download_file(self.bucket, obj["Key"], relative)
-                stat = os.stat(relative)
-                self.sent[relative] = (stat.st_size, stat.st_mtime_ns)
+                restored = os.stat(relative)
+                self.sent[relative] = (restored.st_size, restored.st_mtime_ns)
                 count += 1
         return count
 
@@ -111,27 +142,46 @@ class Sync:
         checkpoint replaced (renamed over) during the upload cannot mix two versions."""
         count = 0
         with self.lock, tempfile.TemporaryDirectory(prefix=".cleanrl-sync-", dir=".") as staging:
-            for folder in FOLDERS:
-                for path in sorted(Path(folder).rglob("*")):
-                    # the scripts' half-written files (checkpoint.pt.tmp*, ...) are renamed when complete
-                    if not path.is_file() or ".tmp" in path.name:
-                        continue
-                    stat = path.stat()
-                    key = path.as_posix()
-                    if self.sent.get(key) == (stat.st_size, stat.st_mtime_ns):
-                        continue
-                    frozen = os.path.join(staging, str(count))
-                    try:
-                        os.link(path, frozen)
-                    except FileNotFoundError:
-                        continue  # replaced since the listing: the next round sees the new file
-                    except OSError:
-                        shutil.copyfile(path, frozen)  # a file system without hard links: a copy freezes it too
+            for key, now in self.files().items():
+                if self.sent.get(key) == (now.st_size, now.st_mtime_ns):
+                    continue
+                frozen = os.path.join(staging, str(count))
+                try:
+                    # a link made not through a symbolic link: a file replaced by one since the listing is caught
+                    # below, not followed
+                    os.link(key, frozen, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # replaced since the listing: the next round sees the new file
+                except OSError:
+                    # a file system without hard links: a copy freezes it too (a symbolic link is copied as one)
+                    shutil.copyfile(key, frozen, follow_symlinks=False)
+                sent = os.lstat(frozen)
+                if stat.S_ISREG(sent.st_mode):
                     self.s3.upload_file(frozen, self.bucket, self.folder + key)
-                    os.unlink(frozen)
-                    self.sent[key] = (stat.st_size, stat.st_mtime_ns)
+                    self.sent[key] = (sent.st_size, sent.st_mtime_ns)
                     count += 1
+                os.unlink(frozen)
         return count
+
+    @staticmethod
+    def files() -> dict[str, os.stat_result]:
+        """The regular files of runs/ and videos/ that are synced, by their keys relative to the job's folder. A
+        symbolic link is neither uploaded nor followed, runs/ or videos/ being one included: a link to a credentials
+        file is not data of the run."""
+        found = {}
+        for folder in FOLDERS:
+            if os.path.islink(folder):
+                continue
+            for parent, _, names in os.walk(folder):  # os.walk does not descend into linked folders
+                for name in names:
+                    path = os.path.join(parent, name)
+                    try:
+                        info = os.lstat(path)
+                    except FileNotFoundError:
+                        continue  # deleted since the listing
+                    if synced(name) and stat.S_ISREG(info.st_mode):
+                        found[Path(path).as_posix()] = info
+        return dict(sorted(found.items()))
 
     def mark_complete(self, status: int, command: list[str]) -> None:
         body = json.dumps({"exit_status": status, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -180,7 +230,14 @@ def main(argv: list[str]) -> int:
     run_id, child_env = wandb_run_id(), dict(os.environ)
     if run_id and "WANDB_RUN_ID" not in child_env:
         child_env.update(WANDB_RUN_ID=run_id, WANDB_RESUME="allow")
-    child = subprocess.Popen(argv, env=child_env)
+    try:
+        child = subprocess.Popen(argv, env=child_env)
+    except FileNotFoundError:
+        sys.stderr.write(f"error: command not found: {argv[0]}\n")
+        return NOT_FOUND
+    except OSError as e:  # not executable, not a program
+        sys.stderr.write(f"error: cannot run {argv[0]}: {e.strerror or e}\n")
+        return CANNOT_RUN
 
     def forward(signum, frame):
         # The command checkpoints and exits on its own; a second signal is passed on too (it then stops at once).

@@ -230,6 +230,135 @@ def test_a_stopped_runner_stops_its_runs_first(tmp_path, stop):
     assert "interrupted" in out
 
 
+def run_dir_holder(path: Path) -> Path:
+    """A stand-in run that holds its run directory as a script does (cleanrl/checkpoints.py's lock on
+    runs/<run>/.lock, which names its pid), says when it has started and, on SIGTERM, writes `got-sigterm` (as a
+    script saves its checkpoint) and exits 143."""
+    path.write_text(
+        "import os, pathlib, signal, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT / 'cleanrl')!r})\n"
+        "from checkpoints import lock_run_directory\n"
+        "os.makedirs('runs/standin', exist_ok=True)\n"
+        "lock = lock_run_directory('runs/standin')\n"
+        "def stop(signum, frame):\n"
+        "    pathlib.Path('got-sigterm').write_text('saved')\n"
+        "    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    return path
+
+
+def gone(pid: int) -> bool:
+    """The process has ended (a zombie that its new parent has not reaped yet has ended too)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_runner_killed_with_sigkill_takes_its_runs_with_it(tmp_path):
+    """kill -9 leaves the runner no time to stop its runs: the kernel sends them SIGTERM (they save a checkpoint and
+    exit), so none goes on as an orphan beside the next runner's second copy."""
+    command = f"{sys.executable} {run_dir_holder(tmp_path / 'holder.py')} {{env_id}} {{seed}}"
+    args = [sys.executable, str(ROOT / "benchmark/run.py"), "--command", command, "--name", "x", "--env-ids", "A",
+            "--seeds", "1", "--out", "r"]
+    runner = subprocess.Popen(args, cwd=tmp_path, env=script_env(), stdout=subprocess.DEVNULL)
+    log, pid = tmp_path / "r/x/A/seed1/log.txt", None
+    run = log.parent
+    try:
+        wait_until(lambda: log.exists() and "ready" in log.read_text(), runner, "the run's start")
+        pid = int((run / "runs/standin/.lock").read_text())
+        runner.kill()
+        runner.wait(timeout=10)
+        deadline = time.time() + 20
+        while not gone(pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert gone(pid), "the run outlived its runner"
+        assert (run / "got-sigterm").read_text() == "saved"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        if pid is not None and not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_runner_refuses_a_folder_whose_run_is_still_going(tmp_path):
+    """A run left going by a runner that could not stop it (killed on another OS, or an older runner) still holds its
+    run directory: a new runner neither moves it aside nor starts a second copy; it stops in one line with the pid."""
+    holder = run_dir_holder(tmp_path / "holder.py")
+    run = tmp_path / "r/x/A/seed1"
+    run.mkdir(parents=True)
+    (run / "log.txt").write_text("the orphan's log\n")
+    orphan = subprocess.Popen([sys.executable, str(holder), "A", "1"], cwd=run, env=script_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert orphan.stdout.readline().strip() == "ready"
+        proc = bench("--command", f"{QUICK} 'pass' {{env_id}} {{seed}}", "--name", "x", "--env-ids", "A",
+                     "--seeds", "1", "--out", "r", cwd=tmp_path)
+        assert orphan.poll() is None, "the orphan ended: the test did not test a run still going"
+    finally:
+        orphan.terminate()
+        orphan.wait(timeout=30)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"error: {run / 'runs/standin'} is still in use by pid {orphan.pid}, a run that outlived its runner"
+    ), proc.stderr
+    assert (run / "log.txt").read_text() == "the orphan's log\n" and not (tmp_path / "r/x/.incomplete").exists()
+
+
+def test_a_corrupt_done_marker_means_not_finished_and_the_run_runs_again(tmp_path):
+    """DONE.json is a file in the run's folder, data to the runner: one that is cut short, not a marker the runner
+    wrote, or a link to a marker elsewhere is one warning line each, and its run is moved aside and run again (with
+    --keep, which reads the marker's command, too); a real marker still means finished."""
+    elsewhere = tmp_path / "elsewhere.json"
+    real = {"env_id": "G", "seed": 1, "argv": ["python", "x.py"], "exit_code": 0, "seconds": 1.5, "gpus": [],
+            "host": "h", "finished": "2026-01-01T00:00:00Z"}
+    elsewhere.write_text(json.dumps(real))
+    markers = {"A": b'{"env_id": "A", "se', "B": b"[]", "C": b'{"argv": "python x.py", "exit_code": 0}',
+               "D": b"\xff\xfe\x00", "E": dict(real, seconds="long"), "F": None, "G": real}
+    for env_id, marker in markers.items():
+        run = tmp_path / f"r/x/{env_id}/seed1"
+        run.mkdir(parents=True)
+        if marker is None:
+            (run / "DONE.json").symlink_to(elsewhere)
+        else:
+            (run / "DONE.json").write_bytes(marker if isinstance(marker, bytes) else json.dumps(marker).encode())
+    proc = bench("--command", f"{QUICK} 'pass' {{env_id}} {{seed}}", "--name", "x", "--env-ids", *markers, "--seeds",
+                 "1", "--keep", "kept", "--out", "r", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 6, proc.stderr
+    for env_id in "ABCDEF":
+        assert any(line.startswith(f"warning: {tmp_path}/r/x/{env_id}/seed1/DONE.json is not a completion marker (")
+                   for line in warnings), proc.stderr
+        assert f"| {env_id} | 1 | ok | 0 |" in proc.stdout
+        assert len(list((tmp_path / f"r/x/.incomplete/{env_id}").glob("seed1-*/DONE.json"))) == 1
+    assert "| G | 1 | skipped |" in proc.stdout and "7 runs (1 already finished)" in proc.stdout
+
+
+def test_the_runner_never_writes_through_a_link_planted_in_a_run_folder(tmp_path):
+    """log.txt and the marker's temporary are the runner's own files: a link planted in a stopped run's folder (kept
+    for --resume-stopped) is refused, not followed; a planted DONE.tmp is replaced, its target left as it is."""
+    from benchmark.run import open_own
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "log.txt").symlink_to(victim)
+    for append in (False, True):
+        with pytest.raises(SystemExit, match=r"log\.txt is a symbolic link; the runner writes its own files only"):
+            open_own(tmp_path / "log.txt", append=append)
+    # the run itself plants the link where the runner writes the marker's temporary
+    plant = f"import os; os.symlink(\"{victim}\", \"DONE.tmp\")"
+    proc = bench("--command", f"{QUICK} '{plant}' {{env_id}} {{seed}}", "--name", "x", "--env-ids", "A", "--seeds",
+                 "1", "--out", "r", cwd=tmp_path)
+    assert proc.returncode == 0 and "| A | 1 | ok | 0 |" in proc.stdout, proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "r/x/A/seed1/DONE.json").read_text())["exit_code"] == 0
+    assert victim.read_text() == "precious\n"
+
+
 def test_the_suite_passes_a_stop_on_to_its_runner(tmp_path):
     """benchmark/suite.py waits for benchmark/run.py; SIGTERM to the suite reaches the runner (here a stand-in that
     saves and exits) and the suite exits 143 after it, not before."""

@@ -698,6 +698,93 @@ def test_durable_tries_the_last_upload_again_and_marks_a_finished_run(moto, tmp_
     assert keys == ["runs/job-failed/runs/r/result.txt"]
 
 
+def durable_at(moto, bucket: str, job_id: str, command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """cloud/durable.py straight against the moto server: restore, the command, the last upload."""
+    cwd.mkdir(exist_ok=True)
+    env = aws_env(moto.endpoint, AWS_BATCH_JOB_ID=job_id, CLEANRL_RUNS_S3=f"s3://{bucket}/runs",
+                  CLEANRL_SYNC_SECONDS="3600", CLEANRL_S3_TIMEOUT_SECONDS="10")
+    return subprocess.run([sys.executable, str(CLOUD / "durable.py"), "--", *command], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_durable_uploads_no_symlink_and_nothing_a_symlink_points_to(moto, tmp_path):
+    """A run's folders are data of the run: a link in them to a credentials file (or to a folder, or videos/ itself
+    a link) never turns what it points to into an S3 object; the run's regular files still go up."""
+    bucket, s3 = "linked-runs", boto(moto, "s3")
+    s3.create_bucket(Bucket=bucket)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "credentials").write_text("aws_secret_access_key = SECRET")
+    write = [sys.executable, "-c", "import os, sys; os.makedirs('runs/r'); open('runs/r/result.txt', 'w').write('42'); "
+             "os.symlink(sys.argv[1] + '/credentials', 'runs/r/creds'); os.symlink(sys.argv[1], 'runs/linked'); "
+             "os.symlink(sys.argv[1], 'videos')", str(outside)]
+    proc = durable_at(moto, bucket, "job-links", write, tmp_path / "work")
+    assert proc.returncode == 0, proc.stderr
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="runs/job-links/")["Contents"]}
+    assert keys == {"runs/job-links/runs/r/result.txt", "runs/job-links/cleanrl-complete.json"}, keys
+
+
+@pytest.mark.parametrize("case", ["folder-markers", "temporaries", "the-folder-itself", "a-file-and-a-folder",
+                                  "an-escape"])
+def test_durable_restores_only_files_inside_runs_and_videos(moto, tmp_path, case):
+    """What the job's S3 folder holds is data for the run: zero-byte folder markers (the S3 console makes them) and
+    temporaries (which uploads skip) are not restored; a key that would land as runs/ itself, on a restored file or
+    outside runs/ and videos/ stops the job in one line before the command runs."""
+    bucket, s3, job_id = f"restore-{case}", boto(moto, "s3"), f"job-{case}"
+    s3.create_bucket(Bucket=bucket)
+    planted = {
+        "folder-markers": ["", "runs/", "runs/r/", "videos/"],  # "": the job's folder itself
+        "temporaries": ["runs/r/checkpoint.pt.tmp.123", "runs/r/.ok.txt.tmp", "videos/v.tmp.mp4"],
+        "the-folder-itself": ["runs"],
+        "a-file-and-a-folder": ["runs/r/ok.txt/inner"],
+        "an-escape": ["runs/r/../../../escaped"],
+    }[case]
+    for key in ["runs/r/ok.txt", *planted]:
+        s3.put_object(Bucket=bucket, Key=f"runs/{job_id}/{key}", Body=b"" if key.endswith("/") or not key else b"data")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = durable_at(moto, bucket, job_id, ["touch", "ran"], work)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if not p.is_dir())
+    if case in ("folder-markers", "temporaries"):
+        assert proc.returncode == 0 and "restored 1 files of an earlier attempt" in proc.stderr, proc.stderr
+        assert files == ["work/ran", "work/runs/r/ok.txt"]
+    else:
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+        assert errors[0].startswith(f"error: s3://{bucket}/runs/{job_id}/"), errors[0]
+        assert "ran" not in [Path(f).name for f in files] and "escaped" not in [Path(f).name for f in files]
+        assert not (work / "runs").is_file()
+
+
+@pytest.mark.parametrize("name", ["CLEANRL_SYNC_SECONDS", "CLEANRL_S3_TIMEOUT_SECONDS", "CLEANRL_S3_RETRY_SECONDS"])
+def test_durable_refuses_a_time_setting_out_of_range_even_under_python_o(tmp_path, name):
+    """A sync interval or timeout that threading and sockets cannot take (inf, 1e10) or that means nothing (0, a
+    negative, nan) is one error line, also under `python -O`, which drops asserts; a day (86400 s) is accepted."""
+    for value, optimize in [("inf", []), ("1e10", ["-O"]), ("0", ["-O"]), ("-5", ["-O"]), ("nan", ["-O"]),
+                            ("86401", []), ("ten", ["-O"])]:
+        proc = subprocess.run([sys.executable, *optimize, str(CLOUD / "durable.py"), "--", "touch", "ran"],
+                              cwd=tmp_path, env=aws_env("http://127.0.0.1:9", **{name: value}), capture_output=True,
+                              text=True, timeout=60)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, (value, proc.stderr)
+        assert lines[0] == f"error: {name} must be a positive number of seconds, at most 86400 (a day), got " \
+                           f"{value!r}", lines[0]
+        assert not (tmp_path / "ran").exists()
+    proc = subprocess.run([sys.executable, str(CLOUD / "durable.py"), "--", "true"], cwd=tmp_path,
+                          env=aws_env("http://127.0.0.1:9", **{name: "86400"}), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_durable_a_command_not_found_exits_127_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, str(CLOUD / "durable.py"), "--", "no-such-command-cleanrl", "--flag"],
+                          cwd=tmp_path, env=aws_env("http://127.0.0.1:9"), capture_output=True, text=True, timeout=60)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 127 and "Traceback" not in proc.stderr, proc.stderr
+    assert errors == ["error: command not found: no-such-command-cleanrl"], proc.stderr
+
+
 # ---------------------------------------------------------------------------------------------------
 # Dockerfile
 
