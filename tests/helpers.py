@@ -72,10 +72,79 @@ def values(scalars: dict, tag: str) -> list[float]:
     return [v for _, v in scalars.get(tag, [])]
 
 
-def assert_bad_input_rejected(script: str, args, message: str, cwd: Path, one_line: bool = False, **kwargs):
+class ReachedTheRun(Exception):
+    """run_in_process: the script got past its checks, to runtime.start or runtime.evaluate_only."""
+
+
+def run_in_process(script: str, *args: str, cwd: Path, env: Optional[dict] = None,
+                   evaluate: bool = False) -> subprocess.CompletedProcess:
+    """`python cleanrl/<script> args` up to the end of its checks, inside this test process: what a process would
+    print and its exit status (an `error:` SystemExit is a last stderr line and status 1, an exception a traceback and
+    status 1), in a fraction of a process's time (no interpreter start, no `import torch`). A script that gets past
+    its checks stops where the run would start (runtime.start, or, unless `evaluate`, --eval-only's evaluation) with
+    ReachedTheRun: only bad input, and with `evaluate` an --eval-only, run this way. What a run changes in the
+    process is put back afterwards: the signal handlers an evaluation installs, torch's thread count, the global
+    random generators, the run directories a --resume locked. `env`: variables set for the call (a torchrun rank's)."""
+    import contextlib
+    import io
+    import random
+    import runpy
+    from unittest import mock
+
+    import numpy as np
+
+    import checkpoints
+    import runtime
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)}
+    threads, generators = torch.get_num_threads(), (random.getstate(), np.random.get_state(), torch.get_rng_state())
+
+    def reached(*_, **__):
+        raise ReachedTheRun(f"{script} {' '.join(args)} got past its checks")
+
+    path = str(ROOT / "cleanrl" / script)
+    out, err = io.StringIO(), io.StringIO()
+    held = dict(checkpoints.HELD_DIRECTORIES)
+    with contextlib.ExitStack() as stack:
+        # the run directories a --resume took the lock of are given back, as a process's end gives them back
+        stack.callback(lambda: [os.close(checkpoints.HELD_DIRECTORIES.pop(key)) for key in
+                                set(checkpoints.HELD_DIRECTORIES) - set(held)])
+        stack.callback(lambda: [signal.signal(sig, handler) for sig, handler in handlers.items()])
+        stack.callback(torch.set_num_threads, threads)
+        stack.callback(lambda: (random.setstate(generators[0]), np.random.set_state(generators[1]),
+                                torch.set_rng_state(generators[2])))
+        stack.enter_context(mock.patch.object(runtime, "start", reached))
+        if not evaluate:
+            stack.enter_context(mock.patch.object(runtime, "evaluate_only", reached))
+        stack.enter_context(mock.patch.object(sys, "argv", [path, *args]))
+        stack.enter_context(mock.patch.dict(os.environ, env or {}))
+        stack.enter_context(contextlib.chdir(cwd))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        try:
+            runpy.run_path(path, run_name="__main__")
+            status = 0
+        except SystemExit as e:  # as the interpreter reports it: a message on stderr and status 1, or the code
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
+            status = 1 if isinstance(e.code, str) else e.code or 0
+        except ReachedTheRun:
+            raise
+        except Exception:  # noqa: BLE001 - a traceback, as `python script.py` prints it
+            traceback.print_exc()
+            status = 1
+    return subprocess.CompletedProcess([sys.executable, path, *args], status, out.getvalue(), err.getvalue())
+
+
+def assert_bad_input_rejected(script: str, args, message: str, cwd: Path, one_line: bool = False,
+                              in_process: bool = False, **kwargs):
     """Bad input: a non-zero exit, a last stderr line `error: ...` naming `message`, and no runs/ or videos/ entry.
-    With one_line, that line is all of stderr and the exit status is 1. Returns the finished process."""
-    proc = run_script(script, *args, cwd=cwd, check=False, **kwargs)
+    With one_line, that line is all of stderr and the exit status is 1. Returns the finished process. `in_process`:
+    run_in_process (kwargs: its env), else a real process (kwargs: run_script's)."""
+    if in_process:
+        proc = run_in_process(script, *args, cwd=cwd, env=kwargs.get("env"))
+    else:
+        proc = run_script(script, *args, cwd=cwd, check=False, **kwargs)
     assert proc.returncode != 0, f"{script} {' '.join(args)} exited 0"
     lines = proc.stderr.strip().splitlines()
     last = lines[-1]

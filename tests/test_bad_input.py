@@ -20,26 +20,34 @@ from tests.helpers import assert_bad_input_rejected, read_scalars, run_script, s
 from tests.scripts import SCRIPTS, names, needs, script_params
 
 
-def case(script: str, args, message: str, world: Optional[str] = None):
+def case(script: str, args, message: str, world: Optional[str] = None, process: bool = False):
     """One row: `script args` must fail naming `message` (tests/scripts.py, BadInput: `world` is the WORLD_SIZE of
-    a torchrun rank)."""
-    return pytest.param(script, list(args), message, world, id=f"{script[:-3]} {' '.join(args)}",
+    a torchrun rank). `process`: run as a real process, else inside the test process (helpers.run_in_process)."""
+    return pytest.param(script, list(args), message, world, process,
+                        id=f"{script[:-3]} {' '.join(args)}{' (process)' if process else ''}",
                         marks=[needs(SCRIPTS[script].needs)])
 
 
 CASES = [
     # each row's own cases
     *[case(row.name, c.args, c.message, c.world) for row in SCRIPTS.values() for c in row.bad_input],
-    # every script refuses a learning rate out of its range (flags.Range) before anything is written
+    # every script refuses a learning rate out of its range (flags.Range) before anything is written, and does so
+    # as a real process too: the exit status and the one line of stderr are the interpreter's, not the helper's
     *[case(row.name, [row.learning_rate_flag, "-1"], f"{row.learning_rate_flag} must be above 0, got -1.0",
-           world="1" if row.launcher else None) for row in SCRIPTS.values()],
+           world="1" if row.launcher else None, process=process)
+      for row in SCRIPTS.values() for process in (False, True)],
 ]
 
 
-@pytest.mark.parametrize("script, args, message, world", CASES)
-def test_bad_input_fails_in_one_line_before_any_run_directory(script, args, message, world, workdir):
-    env = script_env(WORLD_SIZE=world, RANK="0", LOCAL_RANK="0") if world else None
-    assert_bad_input_rejected(script, args, message, cwd=workdir, env=env, timeout=120)
+@pytest.mark.parametrize("script, args, message, world, process", CASES)
+def test_bad_input_fails_in_one_line_before_any_run_directory(script, args, message, world, process, workdir):
+    variables = dict(WORLD_SIZE=world, RANK="0", LOCAL_RANK="0") if world else {}
+    if process:
+        proc = assert_bad_input_rejected(script, args, message, cwd=workdir, one_line=True,
+                                         env=script_env(**variables), timeout=120)
+        assert "Traceback" not in proc.stderr
+    else:
+        assert_bad_input_rejected(script, args, message, cwd=workdir, in_process=True, env=variables)
 
 
 def test_a_runs_file_in_the_way_fails_in_one_line(workdir):

@@ -13,7 +13,7 @@ import pytest
 import tyro
 
 from docs.hooks import expand
-from tests.helpers import ROOT, run_script, script_env
+from tests.helpers import ROOT, ReachedTheRun, run_in_process, run_script, script_env
 from tests.scripts import SCRIPTS as REGISTRY
 
 RUNTIME = ROOT / "cleanrl" / "runtime.py"  # the run lifecycle, whose Run methods log keys for the scripts
@@ -369,9 +369,14 @@ def test_command_check_rejects_what_the_clis_reject():
 
 
 def run_cheap(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """A cheap command, run: a script's --help inside this test process (it ends in the flag parser), a training
+    command as a process of its own."""
     path, *args = argv
     if path.startswith("cleanrl/"):
-        return run_script(Path(path).name, *args, cwd=cwd, timeout=600, check=False)
+        try:
+            return run_in_process(Path(path).name, *args, cwd=cwd)
+        except ReachedTheRun:
+            return run_script(Path(path).name, *args, cwd=cwd, timeout=600, check=False)
     return subprocess.run(
         [sys.executable, str(ROOT / path), *args], cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=600
     )

@@ -22,10 +22,12 @@ import torch
 import checkpoints
 from tests.helpers import (
     ROOT,
+    ReachedTheRun,
     load,
     once,
     read_scalars,
     run_dirs,
+    run_in_process,
     run_script,
     script_env,
     single_run_dir,
@@ -443,7 +445,10 @@ def test_a_checkpoint_entry_is_checked_as_a_typed_flag_would_be(workdir, finishe
     checkpoint = finished / "checkpoint.pt"
     rewrite(checkpoint, **({"finished": False, "iteration": 4, "global_step": 512} | change))
     before = sha256(checkpoint)
-    proc = run_script("ppo.py", "--resume", str(finished), cwd=workdir, check=False)
+    try:  # in this test process where the check comes before the run would start, else as a process
+        proc = run_in_process("ppo.py", "--resume", str(finished), cwd=workdir)
+    except ReachedTheRun:  # (the checks of start() and Run.restore)
+        proc = run_script("ppo.py", "--resume", str(finished), cwd=workdir, check=False)
     assert_one_error(proc, message)
     assert sha256(checkpoint) == before and not (workdir / "escaped").exists()
     assert sorted(p.name for p in workdir.iterdir()) == ["runs"] and not (workdir.parent / "escaped").exists()

@@ -32,6 +32,7 @@ from cleanrl.sac_continuous_action import Args as SACArgs
 from cleanrl.td3_continuous_action import Args as TD3Args
 from tests.helpers import (
     CHECKSUM,
+    ReachedTheRun,
     assert_bad_input_rejected,
     assert_losses_close,
     assert_same_run,
@@ -43,6 +44,7 @@ from tests.helpers import (
     once,
     read_scalars,
     run_dirs,
+    run_in_process,
     run_script,
     single_run_dir,
     start,
@@ -497,9 +499,12 @@ def test_eval_only_on_a_run_directory_and_on_its_model_file(row, resumed, workdi
     case, run = EVALS[row.name], resumed(row.name)
     run_dir = single_run_dir(run["cwd"])
     episodes = ("--eval-episodes", str(case.episodes))
+    # in this test process (the evaluation is what runs, not the start-up of a process), one of them as a process
+    # of its own for every script: the exit status and output of the real thing
     by_dir = run_script(row.name, "--eval-only", str(run_dir), *episodes, *case.flags, cwd=workdir)
-    by_file = run_script(row.name, "--eval-only", str(run_dir / f"{row.name[:-3]}.cleanrl_model"), *episodes,
-                         *case.flags, *case.file_flags, cwd=workdir)
+    by_file = run_in_process(row.name, "--eval-only", str(run_dir / f"{row.name[:-3]}.cleanrl_model"), *episodes,
+                             *case.flags, *case.file_flags, cwd=workdir, evaluate=True)
+    assert by_file.returncode == 0, by_file.stderr[-3000:]
     line = eval_line(by_dir.stdout)
     assert line.endswith(f"over {case.episodes} episodes of {case.env}"), line
     mean, std = eval_mean_std(line)
@@ -673,6 +678,9 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     for name, defaults in (("sac", SACArgs(env_id="Pendulum-v1")), ("td3", TD3Args(env_id="Pendulum-v1"))):
         save({"script": f"{name}_continuous_action.py", "args": asdict(defaults), **common, "actor": None, **critics},
              f"two_critics_{name}.pt")
-    proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, timeout=120)
+    try:  # in this test process where the case fails before the run would start (most do), else as a process
+        proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, in_process=True)
+    except ReachedTheRun:  # it fails later (a checkpoint entry the restore reads): a real run is needed
+        proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, timeout=120)
     if exact:
         assert proc.stderr.strip().splitlines()[-1] == message
