@@ -414,6 +414,8 @@ OFF_POLICY_COMPILED = ("policy_step", "update_critic", "update_actor")
 # cannot scale with the run itself (two episodes have no spread worth the name). Pendulum's returns are a weak
 # detector of a different policy (TD3 with --exploration-noise 0.11 instead of 0.1 moved them by 4e-4 relative,
 # measured): the losses check the update; this checks that the episodes end at the same steps with close returns.
+PARITY_PENDULUM_OFF_LATE = tuple("150" if previous == "--learning-starts" else arg
+                                 for previous, arg in zip(("",) + PARITY_PENDULUM_OFF, PARITY_PENDULUM_OFF))
 OFF_POLICY_PARITY = dict(args=PARITY_PENDULUM_OFF, compiled=OFF_POLICY_COMPILED, rtol=1e-4, atol=1e-6,
                          loss_steps=(200, 300, 400), episodes_rtol=1e-3, episodes=2, later_spread=0.1)
 
@@ -817,7 +819,11 @@ SCRIPTS = {s.name: s for s in [
         # On a GPU (tests/test_cuda.py) the runs part before the first logged update (the first episode's returns
         # differed in the 5th digit: the plain and compiled kernels round differently, and the stochastic policy
         # carries that into the states), so only the first update is compared there.
-        compile=Parity(**OFF_POLICY_PARITY, cuda_first_update_only=True),
+        # Learning from step 150, not 100: on an AVX-512 CPU (AMD EPYC, 2026-12-07) the runs that learn from step 100
+        # parted by 2e-3 relative at the first logged update (qf losses; the first episode's return by 7e-5): the
+        # stochastic policy acting from step 101 carries a rounding difference into the states. From step 150 (and
+        # 199) they agreed to 2e-6 at all three updates, as they did from step 100 on the earlier CPUs.
+        compile=Parity(**(OFF_POLICY_PARITY | {"args": PARITY_PENDULUM_OFF_LATE}), cuda_first_update_only=True),
         bad_input=(
             *OFF_POLICY_BAD_INPUT,
             BadInput(("--policy-lr", "nan"), "--policy-lr must be a finite number, got nan"),
