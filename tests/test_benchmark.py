@@ -189,11 +189,17 @@ def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
     assert not (tmp_path / "r/x/A/seed1/DONE.json").exists()
 
 
-def sigterm_trap(path: Path) -> Path:
+def sigterm_trap(path: Path, holds_its_run: bool = False) -> Path:
     """A run that says when it has started and, on SIGTERM, writes `got-sigterm` in its working directory (as a
-    script saves its checkpoint) and exits 143."""
+    script saves its checkpoint) and exits 143. `holds_its_run`: it also holds a run directory as a script does
+    (cleanrl/checkpoints.py's lock on runs/<run>/.lock, which names its pid)."""
+    holds = (f"sys.path.insert(0, {str(ROOT / 'cleanrl')!r})\n"
+             "from checkpoints import lock_run_directory\n"
+             "os.makedirs('runs/standin', exist_ok=True)\n"
+             "lock = lock_run_directory('runs/standin')\n") if holds_its_run else ""
     path.write_text(
-        "import pathlib, signal, sys, time\n"
+        "import os, pathlib, signal, sys, time\n"
+        + holds +
         "def stop(signum, frame):\n"
         "    pathlib.Path('got-sigterm').write_text('saved')\n"
         "    sys.exit(143)\n"
@@ -230,26 +236,6 @@ def test_a_stopped_runner_stops_its_runs_first(tmp_path, stop):
     assert "interrupted" in out
 
 
-def run_dir_holder(path: Path) -> Path:
-    """A stand-in run that holds its run directory as a script does (cleanrl/checkpoints.py's lock on
-    runs/<run>/.lock, which names its pid), says when it has started and, on SIGTERM, writes `got-sigterm` (as a
-    script saves its checkpoint) and exits 143."""
-    path.write_text(
-        "import os, pathlib, signal, sys, time\n"
-        f"sys.path.insert(0, {str(ROOT / 'cleanrl')!r})\n"
-        "from checkpoints import lock_run_directory\n"
-        "os.makedirs('runs/standin', exist_ok=True)\n"
-        "lock = lock_run_directory('runs/standin')\n"
-        "def stop(signum, frame):\n"
-        "    pathlib.Path('got-sigterm').write_text('saved')\n"
-        "    sys.exit(143)\n"
-        "signal.signal(signal.SIGTERM, stop)\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(600)\n"
-    )
-    return path
-
-
 def gone(pid: int) -> bool:
     """The process has ended (a zombie that its new parent has not reaped yet has ended too)."""
     try:
@@ -262,7 +248,7 @@ def gone(pid: int) -> bool:
 def test_a_runner_killed_with_sigkill_takes_its_runs_with_it(tmp_path):
     """kill -9 leaves the runner no time to stop its runs: the kernel sends them SIGTERM (they save a checkpoint and
     exit), so none goes on as an orphan beside the next runner's second copy."""
-    command = f"{sys.executable} {run_dir_holder(tmp_path / 'holder.py')} {{env_id}} {{seed}}"
+    command = f"{sys.executable} {sigterm_trap(tmp_path / 'holder.py', holds_its_run=True)} {{env_id}} {{seed}}"
     args = [sys.executable, str(ROOT / "benchmark/run.py"), "--command", command, "--name", "x", "--env-ids", "A",
             "--seeds", "1", "--out", "r"]
     runner = subprocess.Popen(args, cwd=tmp_path, env=script_env(), stdout=subprocess.DEVNULL)
@@ -288,7 +274,7 @@ def test_a_runner_killed_with_sigkill_takes_its_runs_with_it(tmp_path):
 def test_a_runner_refuses_a_folder_whose_run_is_still_going(tmp_path):
     """A run left going by a runner that could not stop it (killed on another OS, or an older runner) still holds its
     run directory: a new runner neither moves it aside nor starts a second copy; it stops in one line with the pid."""
-    holder = run_dir_holder(tmp_path / "holder.py")
+    holder = sigterm_trap(tmp_path / "holder.py", holds_its_run=True)
     run = tmp_path / "r/x/A/seed1"
     run.mkdir(parents=True)
     (run / "log.txt").write_text("the orphan's log\n")
