@@ -368,7 +368,7 @@ if __name__ == "__main__":
         # Checked before any save, so a checkpoint never holds NaN or inf. (The explained variance is left
         # out: it is legitimately NaN when the returns have zero variance.)
         run.check_finite(losses, global_step, f"iteration {iteration}")
-        # progress; a checkpoint every --checkpoint-frequency iterations, and on SIGINT/SIGTERM a checkpoint and exit 0
+        # progress; a checkpoint every --checkpoint-frequency iterations; on a signal a checkpoint, exit 128 + signal
         run.end_of_iteration(iteration, global_step, next_obs)
 
     run.finish(global_step, next_obs, model=agent, evaluate=lambda: evaluate(agent, args, run.name, device))
