@@ -16,7 +16,6 @@ import random
 import re
 import tempfile
 import time
-import unicodedata
 import zipfile
 import zlib
 from collections import deque
@@ -26,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from flags import plain_name_problem
 from messages import describe_os_error, fail, first_line, say, warn
 
 
@@ -214,17 +214,6 @@ def load_checkpoint(path: str, script: str, hint: str = "") -> dict:
     if problem:
         fail(f"{path} is not a checkpoint this script can continue: {problem}")
     return checkpoint | {"loaded_from": path}
-
-
-def plain_name_problem(name) -> Optional[str]:
-    """Why `name` cannot name a file or directory inside runs/ (a '/', '.', '..', a control character), or None."""
-    if not isinstance(name, str) or not name:
-        return "it is empty" if name == "" else f"it is a {type(name).__name__}, not text"
-    if "/" in name or name in (".", ".."):
-        return "it is a path, not a plain name"
-    if any(unicodedata.category(c).startswith("C") for c in name):
-        return "it holds a control character"
-    return None
 
 
 def is_count(value) -> bool:

@@ -65,9 +65,9 @@ class FiniteObservations(gym.vector.VectorWrapper):
     sampled action fails inside torch) and then the losses. Checked where the observations are still numpy on the
     host, so no device synchronisation is added: one np.isfinite per step (the wrapper costs about 3.5 us a step on
     4 CartPole envs, of 52 us) and one per ended episode's final observation. An observation that follows a
-    non-finite continuous action is not checked: the policy, not the environment, went wrong. Holds no state (its step count, for
-    the message, starts at 0 in each process): checkpoints.encode_state passes through it (`transparent`), so a
-    checkpoint's environment state is the same with or without it."""
+    non-finite continuous action is not checked: the policy, not the environment, went wrong. Holds no state (its
+    step count, for the message, starts at 0 in each process): checkpoints.encode_state passes through it
+    (`transparent`), so a checkpoint's environment state is the same with or without it."""
 
     transparent = True
 

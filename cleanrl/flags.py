@@ -119,10 +119,22 @@ def check_flags_given_once(argv: list[str]) -> None:
         seen[name] = spelled
 
 
+def plain_name_problem(name) -> Optional[str]:
+    """Why `name` cannot name a file or directory inside runs/ (a '/', '.', '..', a control character, which would also
+    split a one-line message), or None: --exp-name, and a run name a checkpoint brings."""
+    if not isinstance(name, str) or not name:
+        return "it is empty" if name == "" else f"it is a {type(name).__name__}, not text"
+    if "/" in name or name in (".", ".."):
+        return "it is a path, not a plain name"
+    if any(unicodedata.category(c).startswith("C") for c in name):
+        return "it holds a control character"
+    return None
+
+
 def check_run_flags(args) -> None:
     """The run flags that must agree with each other and with the machine, checked before anything is written."""
     name = args.exp_name
-    if not name or "/" in name or name in (".", "..") or any(unicodedata.category(c).startswith("C") for c in name):
+    if plain_name_problem(name):
         fail(f"--exp-name {name!r} must be a plain name (no '/', no control character): it names a directory under "
              "runs/ and appears in one-line messages")
     if args.eval_only is not None and args.resume is not None:

@@ -536,7 +536,8 @@ gym.register("DictObs-v0", entry_point=Toy, kwargs={"space": "dict"})
 
 
 @pytest.mark.parametrize("script, env_id, message", [
-    ("ppo.py", "NaNObs-v0", "toyenvs:NaNObs-v0 observed nan (in a step, environment step 5); a policy cannot act on it"),
+    ("ppo.py", "NaNObs-v0",
+     "toyenvs:NaNObs-v0 observed nan (in a step, environment step 5); a policy cannot act on it"),
     ("dqn.py", "InfObs-v0", "toyenvs:InfObs-v0 observed -inf (in a step, environment step 5)"),
     ("ppo.py", "DictObs-v0", "toyenvs:DictObs-v0 has observation space Dict('x': Box(-inf, inf, (3,), float32)); "
                              "ppo.py supports flat Box observations only"),
