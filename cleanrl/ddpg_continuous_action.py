@@ -201,22 +201,18 @@ if __name__ == "__main__":
             mu = actor(obs)
             return exploration_actions(mu, torch.randn_like(mu), args.exploration_noise, actor)
 
-    def update_critic(
-        observations: torch.Tensor,
-        actions: torch.Tensor,
-        next_observations: torch.Tensor,
-        rewards: torch.Tensor,
-        terminations: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One critic step on a sampled batch; returns the loss and the mean Q(s, a), detached."""
+    def update_critic() -> tuple[torch.Tensor, ...]:
+        """One critic step on a batch sampled from the memory; returns the loss and the mean Q(s, a), detached, and
+        the batch's observations (for the actor's step)."""
+        data = rb.sample(args.batch_size)
         with torch.no_grad():
-            next_q = qf1_target(next_observations, target_actor(next_observations))
+            next_q = qf1_target(data.next_observations, target_actor(data.next_observations))
             # y = r + gamma * Q'(s', mu'(s')), no bootstrap from a terminal state
-            next_q_value = rewards + args.gamma * (1.0 - terminations) * next_q
-        qf1_a_values = qf1(observations, actions)
+            next_q_value = data.rewards + args.gamma * (1.0 - data.terminations) * next_q
+        qf1_a_values = qf1(data.observations, data.actions)
         qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
         gradient_step(q_optimizer, qf1_loss)
-        return qf1_loss.detach(), qf1_a_values.detach().mean()
+        return qf1_loss.detach(), qf1_a_values.detach().mean(), data.observations
 
     def update_actor(observations: torch.Tensor) -> torch.Tensor:
         """One actor step (deterministic policy gradient through Q), then the Polyak step of both target networks;
@@ -239,7 +235,7 @@ if __name__ == "__main__":
         if global_step <= learning_starts:
             actions = envs.action_space.sample()
         else:
-            actions = policy_step(staging.to_device("obs", obs).float()).cpu().numpy()
+            actions = policy_step(staging.to_device("obs", obs, torch.float32)).cpu().numpy()
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -252,17 +248,14 @@ if __name__ == "__main__":
 
         # learn: one gradient step per vector step once the warm-up is over
         if global_step > learning_starts:
-            data = rb.sample(args.batch_size)
-            qf1_loss, qf1_values = update_critic(
-                data.observations, data.actions, data.next_observations, data.rewards, data.terminations
-            )
+            qf1_loss, qf1_values, observations = update_critic()
             num_updates += 1
 
             if iteration % args.policy_frequency == 0:
                 # the critic only passes gradients through to the actor here: freezing its weights skips
                 # their gradient matmuls (same result, the critic's grads are reset before its next step)
                 qf1.requires_grad_(False)
-                actor_loss = update_actor(data.observations)
+                actor_loss = update_actor(observations)
                 qf1.requires_grad_(True)
                 # SPS leaves out everything up to here: the random warm-up and this process's first critic and
                 # actor updates, which hold --compile's compilation; it is logged once the clock has run.

@@ -384,7 +384,7 @@ def atari_engine(num_envs: int, backend: str, env_threads: int, pipeline: str, d
     not faster (docs/speed.md has the measurements)."""
     if pipeline not in PIPELINE_MODES:
         fail(f"unknown --pipeline-envs {pipeline!r}; choose one of {', '.join(PIPELINE_MODES)}")
-    pipelined = pipeline == "on" or pipeline == "auto" and device.type == "cuda"
+    pipelined = pipeline == "on" or pipeline == "auto" and speed.gpu_path(device)
     groups = 2 if pipelined and num_envs > 1 else 1
     threads, why = env_worker_threads(env_threads)
     if announce:

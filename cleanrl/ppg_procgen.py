@@ -394,7 +394,7 @@ if __name__ == "__main__":
     # tensor updated in place, so a compiled update reads the annealed value instead of recompiling for every new
     # float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA graphs need. fused: one
     # kernel updates every parameter (faster on CPU than torch's per-tensor loop).
-    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), capturable=device.type == "cuda",
+    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), capturable=speed.gpu_path(device),
                            fused=True)
 
     # storage: (num_steps, num_envs, ...); observations stay uint8 until they enter a network
@@ -674,7 +674,7 @@ if __name__ == "__main__":
                 )  # fmt: skip
                 if train_policy:
                     pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = out[:5]
-                    clipfracs.append(clipfrac)
+                    clipfracs.append(clipfrac.clone())  # kept: a replayed update (--cudagraphs) overwrites its outputs
                 if train_value:
                     v_loss = out[5]
 

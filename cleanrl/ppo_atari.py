@@ -266,7 +266,7 @@ if __name__ == "__main__":
     # graphs need. fused: one kernel updates every parameter (5x faster on CPU than torch's per-tensor loop).
     optimizer = optim.Adam(
         agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
-        capturable=device.type == "cuda", fused=True,
+        capturable=speed.gpu_path(device), fused=True,
     )
 
     # storage: (num_steps, num_envs, ...); frames stay uint8 (4x less memory than float), the network scales them
@@ -397,7 +397,7 @@ if __name__ == "__main__":
                     b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], b_advantages[mb_inds],
                     b_returns[mb_inds], b_values[mb_inds],
                 )
-                clipfracs.append(clipfrac)
+                clipfracs.append(clipfrac.clone())  # kept: a replayed update (--cudagraphs) overwrites its outputs
 
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break

@@ -405,7 +405,7 @@ if __name__ == "__main__":
     # recompiling for every new float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA graphs
     # need. fused: one kernel updates every parameter (5x faster on CPU than torch's per-tensor loop).
     optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
-                           capturable=device.type == "cuda", fused=True)
+                           capturable=speed.gpu_path(device), fused=True)
 
     # storage of this rank: (num_steps, envs_per_rank, ...); frames stay uint8 (4x less memory than float32)
     obs = torch.zeros((args.num_steps, envs_per_rank) + obs_shape, dtype=torch.uint8, device=device)
@@ -563,7 +563,7 @@ if __name__ == "__main__":
                 pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = grad_step(
                     b_obs[mb_inds], b_actions[mb_inds], b_logprobs[mb_inds], mb_advantages, b_returns[mb_inds],
                     b_values[mb_inds])
-                clipfracs.append(clipfrac)
+                clipfracs.append(clipfrac.clone())  # kept: a replayed update (--cudagraphs) overwrites its outputs
                 # Average the gradients over ranks with one flat all-reduce: every rank then clips and steps with
                 # the gradient of the whole global minibatch, so the replicas stay identical (see all_reduce_gradients).
                 all_reduce_gradients(list(agent.parameters()), world_size)

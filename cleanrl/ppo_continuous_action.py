@@ -307,7 +307,7 @@ if __name__ == "__main__":
     # graphs need. fused: one kernel updates every parameter (5x faster on CPU than torch's per-tensor loop).
     optimizer = optim.Adam(
         agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
-        capturable=device.type == "cuda", fused=True,
+        capturable=speed.gpu_path(device), fused=True,
     )
 
     # storage: (num_steps, num_envs, ...)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from messages import fail, say
-from speed import PinnedStaging, available_memory, check_memory
+from speed import PinnedStaging, available_memory, check_memory, gpu_path
 
 
 class ReplayBufferSamples(NamedTuple):
@@ -100,18 +100,22 @@ class ReplayBuffer(MemoryState):
         self.full = self.full or self.pos + n >= self.buffer_size
         self.pos = (self.pos + n) % self.buffer_size
 
+    @torch.compiler.disable(reason="host sampling: numpy's generator and host arrays, which dynamo cannot trace")
     def sample(self, batch_size: int) -> ReplayBufferSamples:
-        """`batch_size` transitions drawn uniformly with replacement, as tensors on the buffer's device."""
+        """`batch_size` transitions drawn uniformly with replacement, as tensors on the buffer's device. A compiled
+        update that samples runs it as it is (torch.compiler.disable)."""
         idx = self.rng.integers(0, len(self), size=batch_size)
         names = ("observations", "actions", "next_observations", "rewards", "terminations")
         return ReplayBufferSamples(*(self.staging.to_device(name, getattr(self, name)[idx]) for name in names))
 
 
 class DeviceReplayBuffer(MemoryState):
-    """ReplayBuffer's ring, in a GPU's memory and sampled there: a sample is a few gathers on the device, with no
-    copy from the host. What the environments return (numpy) comes over through PinnedStaging; the indices come from
-    a torch Generator on the device (`rng`, seeded with `seed`). The same transitions, fields and checkpoint entries
-    as ReplayBuffer."""
+    """ReplayBuffer's ring, in a GPU's memory and sampled there with device work only: an index draw and gathers,
+    no value read on the host (the number of transitions stored is a device tensor too), so a recorded update
+    (--cudagraphs) can hold its own sampling. The indices come from torch's default generator on the device, whose
+    draws CUDA graphs replay and checkpoints hold (rng is None: the memory has no generator of its own). What the
+    environments return comes over in one copy per dtype of the fields (PinnedStaging) and is written in one call.
+    The same transitions, fields and checkpoint entries as ReplayBuffer; flat (1-D) observations and actions."""
 
     def __init__(self, buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
                  seed: int):
@@ -124,8 +128,15 @@ class DeviceReplayBuffer(MemoryState):
         self.actions = ring(action_space.shape, action_space.dtype)
         self.rewards, self.terminations = ring((), np.float32), ring((), np.float32)
         self.pos, self.full = 0, False
-        self.rng = torch.Generator(device).manual_seed(seed)
+        self.stored = torch.zeros((), dtype=torch.int64, device=device)  # len(self), on the device
+        self.rng = None
         self.staging = PinnedStaging(device)
+        # the fields sent together: those of one dtype, side by side in one array
+        self.groups = {}
+        for name in self.FIELDS:
+            self.groups.setdefault(getattr(self, name).dtype, []).append(name)
+
+    FIELDS = ("observations", "next_observations", "actions", "rewards", "terminations")
 
     def __len__(self) -> int:
         return self.buffer_size if self.full else self.pos
@@ -133,24 +144,45 @@ class DeviceReplayBuffer(MemoryState):
     def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
             terminations: np.ndarray) -> None:
         """Store one step of every env (arrays with a leading num_envs axis), overwriting the oldest when full."""
-        n = len(obs)
+        n, was_full = len(obs), self.full
+        values = dict(zip(self.FIELDS, (obs, next_obs, actions, rewards, terminations)))
+        # the slots pos .. pos + n - 1 as one or (wrapping past the end) two spans
         end = self.pos + n
-        # the slots pos .. pos + n - 1: a slice where they do not wrap (nearly always), else indices
-        slots = slice(self.pos, end) if end <= self.buffer_size else (
-            torch.arange(self.pos, end, device=self.device) % self.buffer_size)
-        actions = np.asarray(actions).reshape((n, *self.actions.shape[1:]))
-        for name, values in (("observations", obs), ("next_observations", next_obs), ("actions", actions),
-                             ("rewards", rewards), ("terminations", terminations)):
-            ring = getattr(self, name)
-            ring[slots] = self.staging.to_device(name, np.asarray(values)).to(ring.dtype)
+        spans = [(self.pos, min(end, self.buffer_size), 0)]
+        if end > self.buffer_size:
+            spans.append((0, end - self.buffer_size, self.buffer_size - self.pos))
+        rings, sources = [], []
+        for dtype, names in self.groups.items():
+            columns = [np.asarray(values[name]).reshape(n, -1) for name in names]
+            sent = self.staging.to_device(f"add {dtype}", np.concatenate(columns, axis=1), dtype)
+            first = 0
+            for name, column in zip(names, columns):
+                ring, width = getattr(self, name), column.shape[1]
+                field = sent[:, first : first + width].reshape(n, *ring.shape[1:])
+                for start, stop, offset in spans:
+                    rings.append(ring[start:stop])
+                    sources.append(field[offset : offset + stop - start])
+                first += width
+        torch._foreach_copy_(rings, sources)
         self.full = self.full or end >= self.buffer_size
         self.pos = end % self.buffer_size
+        if not was_full:
+            self.stored.fill_(len(self))
 
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """`batch_size` transitions drawn uniformly with replacement, gathered on the device."""
-        idx = torch.randint(0, len(self), (batch_size,), device=self.device, generator=self.rng)
-        return ReplayBufferSamples(self.observations[idx], self.actions[idx], self.next_observations[idx],
-                                   self.rewards[idx], self.terminations[idx])
+        # u in [0, 1) in float64: floor(u * stored) is uniform over the stored slots to 2^-53
+        idx = (torch.rand(batch_size, dtype=torch.float64, device=self.device) * self.stored).long()
+        return ReplayBufferSamples(**{name: getattr(self, name)[idx] for name in self.FIELDS})
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        del state["stored"]  # (len(self): pos and full)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.stored.fill_(len(self))
 
 
 def replay_buffer(buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
@@ -158,7 +190,7 @@ def replay_buffer(buffer_size: int, observation_space: gym.Space, action_space: 
     """The replay memory for a run on `device`: on a GPU, in its memory when it takes at most half of what is free
     there (DeviceReplayBuffer; the rest is left to the networks and the compiled graphs), else in host memory
     (ReplayBuffer, whose fit was checked before the run started), with a note."""
-    if device.type == "cuda":
+    if gpu_path(device):
         nbytes = ReplayBuffer.nbytes_of(buffer_size, observation_space, action_space)
         free = available_memory(cuda=True)[0]
         if nbytes <= free // 2:
@@ -324,7 +356,7 @@ def frame_replay_buffer(buffer_size: int, observation_space: gym.Space, action_s
     """The Atari scripts' frame memory for a run on `device`: on a GPU its frames live in the GPU's memory when they
     take at most half of what is free there (as replay_buffer decides), else, and on a CPU, in host memory."""
     on_device = False
-    if device.type == "cuda":
+    if gpu_path(device):
         nbytes = FrameReplayBuffer.frames_nbytes(buffer_size, num_envs, observation_space.shape)
         free = available_memory(cuda=True)[0]
         on_device = nbytes <= free // 2

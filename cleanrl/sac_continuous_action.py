@@ -220,8 +220,8 @@ if __name__ == "__main__":
 
     actor = Actor(obs_dim, low, high).to(device)
     # the twin critics batched into one call per layer on a GPU (QNetworks)
-    qf = QNetworks(obs_dim, action_dim, batched=device.type == "cuda").to(device)
-    qf_target = QNetworks(obs_dim, action_dim, batched=device.type == "cuda").to(device)
+    qf = QNetworks(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
+    qf_target = QNetworks(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
     qf_target.load_state_dict(qf.state_dict())
     # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need; fused: one kernel
     # updates every parameter (faster than torch's per-tensor loop on CPU, with different rounding)
@@ -260,30 +260,25 @@ if __name__ == "__main__":
             actions, _ = actor.get_action(obs)
         return actions
 
-    def update_critic(
-        observations: torch.Tensor,
-        actions: torch.Tensor,
-        next_observations: torch.Tensor,
-        rewards: torch.Tensor,
-        terminations: torch.Tensor,
-        update_targets: bool,
-    ) -> tuple[torch.Tensor, ...]:
-        """One step of both critics on a sampled batch, then (update_targets) the target critics' Polyak step;
-        returns each critic's loss (2,), the summed loss and each critic's mean Q(s, a) (2,), detached."""
+    def update_critic(update_targets: bool) -> tuple[torch.Tensor, ...]:
+        """One step of both critics on a batch sampled from the memory, then (update_targets) the target critics'
+        Polyak step; returns each critic's loss (2,), the summed loss, each critic's mean Q(s, a) (2,), detached,
+        and the batch's observations (for the actor's step)."""
+        data = rb.sample(args.batch_size)
         with torch.no_grad():
-            next_actions, next_log_pi = actor.get_action(next_observations)
+            next_actions, next_log_pi = actor.get_action(data.next_observations)
             # soft Bellman target with V(s') = min_i Q'_i(s', a') - alpha log pi(a'|s'), a' ~ pi(.|s') fresh
             # (Haarnoja et al. 2018, Sec. 4.2; clipped double Q from Fujimoto et al. 2018); no bootstrap
             # from a terminal state
-            next_q = qf_target(next_observations, next_actions).min(0).values - alpha * next_log_pi
-            next_q_value = rewards + args.gamma * (1.0 - terminations) * next_q
-        q_values = qf(observations, actions)  # (2, batch)
+            next_q = qf_target(data.next_observations, next_actions).min(0).values - alpha * next_log_pi
+            next_q_value = data.rewards + args.gamma * (1.0 - data.terminations) * next_q
+        q_values = qf(data.observations, data.actions)  # (2, batch)
         qf_losses = ((q_values - next_q_value) ** 2).mean(1)  # each critic's mean squared error
         qf_loss = qf_losses.sum()
         gradient_step(q_optimizer, qf_loss)
         if update_targets:
             soft_update(qf_target, qf, args.tau)
-        return qf_losses.detach(), qf_loss.detach(), q_values.detach().mean(1)
+        return qf_losses.detach(), qf_loss.detach(), q_values.detach().mean(1), data.observations
 
     def update_actor(observations: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """One actor step and, with --autotune, one temperature step on the log-probs of the actions it sampled;
@@ -314,7 +309,7 @@ if __name__ == "__main__":
         if global_step <= learning_starts:
             actions = envs.action_space.sample()
         else:
-            actions = policy_step(staging.to_device("obs", obs).float()).cpu().numpy()
+            actions = policy_step(staging.to_device("obs", obs, torch.float32)).cpu().numpy()
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -327,11 +322,8 @@ if __name__ == "__main__":
 
         # learn: one gradient step per vector step once the warm-up is over
         if global_step > learning_starts:
-            data = rb.sample(args.batch_size)
-            qf_losses, qf_loss, q_values = update_critic(
-                data.observations, data.actions, data.next_observations, data.rewards, data.terminations,
-                iteration % args.target_network_frequency == 0,
-            )
+            update_targets = iteration % args.target_network_frequency == 0
+            qf_losses, qf_loss, q_values, observations = update_critic(update_targets)
             num_updates += 1
 
             # delayed policy updates as in TD3, compensated: policy_frequency actor steps every policy_frequency
@@ -341,7 +333,7 @@ if __name__ == "__main__":
                 # their gradient matmuls (same result, the critics' grads are reset before their next step)
                 qf.requires_grad_(False)
                 for _ in range(args.policy_frequency):
-                    actor_loss, *alpha_loss = update_actor(data.observations)
+                    actor_loss, *alpha_loss = update_actor(observations)
                 qf.requires_grad_(True)
                 # SPS leaves out everything up to here: the random warm-up and this process's first critic and
                 # actor updates, which hold --compile's compilation; it is logged once the clock has run.

@@ -88,9 +88,20 @@ def pick_device(args, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
+# The GPU code path (replay memories and frames in device memory sampled there, the batched critics, pinned
+# staging, CUDA graphs) is taken on a CUDA device. GPU_PATH_ON_CPU takes it on the CPU as well, with CPU tensors:
+# tests/standin.py sets it, and stands in for the CUDA-graph recorder, to run that path where no GPU is at hand.
+GPU_PATH_ON_CPU = False
+
+
+def gpu_path(device: torch.device) -> bool:
+    """Whether a run on `device` takes the GPU code path (GPU_PATH_ON_CPU)."""
+    return device.type == "cuda" or GPU_PATH_ON_CPU
+
+
 def check_speed_args(args) -> None:
     on_cuda, compiler = args.cuda and torch.cuda.is_available(), os.environ.get("CXX", "g++")
-    if args.cudagraphs and not on_cuda:
+    if args.cudagraphs and not on_cuda and not GPU_PATH_ON_CPU:
         fail("--cudagraphs needs a CUDA device, and this run has none (CUDA unavailable or --no-cuda)")
     if args.compile and not on_cuda and shutil.which(compiler) is None:
         fail(f"--compile on CPU needs a C++ compiler and {compiler} was not found; install one or drop --compile")
@@ -99,83 +110,123 @@ def check_speed_args(args) -> None:
 def speed_up(fn: Callable, args, compile: bool = True) -> Callable:
     """fn (returning a tensor or a tuple of tensors) as written, or wrapped: --compile compiles it (torch.compile's
     default mode: the whole function in as few graphs as torch allows), --cudagraphs records it, compiled or not,
-    into one CUDA graph (CudaGraph) and replays that. The math is the same. On the CPU, compiled random ops draw
-    from torch's generator as eager code does (inductor's fallback_random: the compile parity tests rely on it); on
-    CUDA they are fused into the kernels (other draws, the same distribution). compile=False: only recorded (a
-    loop over thousands of steps, which dynamo would unroll into a graph that takes minutes to compile)."""
+    into one CUDA graph (CudaGraph) and replays that. The math is the same. Random ops: on the CPU compiled code
+    draws from torch's generator as eager code does (inductor's fallback_random: the compile parity tests rely on
+    it); on CUDA inductor fuses its draws into the kernels (other draws, the same distribution), unless the
+    environment sets TORCHINDUCTOR_FALLBACK_RANDOM=1 (the CUDA parity tests do, to compare equal draws).
+    compile=False: only recorded (a loop over thousands of steps, which dynamo would unroll into a graph that takes
+    minutes to compile)."""
     if args.compile and compile:
-        torch._inductor.config.fallback_random = not (args.cuda and torch.cuda.is_available())
+        if not (args.cuda and torch.cuda.is_available()):
+            torch._inductor.config.fallback_random = True
         fn = torch.compile(fn)
     return CudaGraph(fn) if args.cudagraphs else fn
+
+
+def graph_key(args: tuple) -> tuple:
+    """What a recording is made for: each non-tensor argument's value, each tensor's shape, strides, dtype and
+    device (a layout change gets a recording of its own instead of a compiled function's recompilation)."""
+    return tuple((i, "tensor", arg.shape, arg.stride(), arg.dtype, arg.device) if isinstance(arg, torch.Tensor)
+                 else (i, arg) for i, arg in enumerate(args))
+
+
+class Recording:
+    """One CudaGraph recording: the tensors fn always reads (static inputs), its calls so far, the graph, and the
+    outputs each replay writes."""
+
+    def __init__(self, inputs: list):
+        self.inputs, self.calls, self.graph, self.outputs = inputs, 0, None, None
 
 
 class CudaGraph:
     """fn recorded once into a CUDA graph and then replayed: one launch for all it does (forward, backward, gradient
     clipping, a capturable optimizer's step, a target network's update), with no host work between its kernels.
-    The first `warmup` calls run as they are, on a side stream (they allocate the optimizer's state, let cuDNN and
-    cuBLAS pick kernels, and compile); the next call is recorded, then replayed to do its work. Later calls copy
-    their tensor arguments into the recorded ones, replay, and return copies of the recorded outputs, which the next
-    replay overwrites. Arguments that are not tensors (a bool, say) are part of the graph: each value gets one of its
-    own, and so does each shape of the tensor arguments. Each graph has its own memory pool, so the parameter
-    gradients one graph records stay its own when another graph records gradients of the same parameters.
+    A recording is made per graph_key of the arguments (the values of non-tensor ones: a bool, say; the shapes,
+    strides and dtypes of tensor ones). Its first call copies the tensor arguments into tensors of its own, the
+    static inputs, and every call of fn from then on reads those: each later call copies its arguments in (one
+    call for all). So the warm-up calls, the recording and the replays see the very same tensors, and compiled code
+    has nothing to recompile for at recording (a recompilation there fails: it reads the generator's seed).
+    The first `warmup` calls run fn as it is, on a side stream (they allocate the optimizer's state, let cuDNN and
+    cuBLAS pick kernels, and compile); the next call records it, then replays the graph to do its work; later calls
+    replay. A replayed call returns the graph's outputs themselves, which the next replay of the same recording
+    overwrites: a caller that keeps an output past that copies it. Each graph has its own memory pool, so the
+    parameter gradients one graph records stay its own when another graph records gradients of the same parameters.
+    Random draws: torch's default generator (registered with each graph by torch), as eager code on the device.
     What fn does outside CUDA kernels happens once, at recording: it must not read tensor values on the host (a
-    synchronisation fails the recording), and its Python control flow may depend on its non-tensor arguments only."""
+    synchronisation fails the recording), and its Python control flow may depend on its non-tensor arguments only.
+    warm_up, record and replay are the CUDA parts; tests/standin.py replaces them to run the rest on the CPU."""
 
     def __init__(self, fn: Callable, warmup: int = 3):
-        self.fn, self.warmup, self.graphs, self.calls = fn, warmup, {}, {}
-        self.side = torch.cuda.Stream()
+        self.fn, self.warmup, self.recordings = fn, warmup, {}
+        self.side = torch.cuda.Stream() if torch.cuda.is_available() else None
 
     def __call__(self, *args):
-        # one graph per value of the non-tensor arguments and per shape of the tensor ones (a pipelined rollout's
-        # two halves differ by one env when --num-envs is odd)
-        key = tuple((i, "tensor", arg.shape, arg.dtype) if isinstance(arg, torch.Tensor) else (i, arg)
-                    for i, arg in enumerate(args))
-        self.calls[key] = self.calls.get(key, 0) + 1
-        if key not in self.graphs and self.calls[key] <= self.warmup:
-            self.side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(self.side):
-                out = self.fn(*args)
-            torch.cuda.current_stream().wait_stream(self.side)
-            return out
-        if key not in self.graphs:
-            inputs = [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args]
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                outputs = self.fn(*inputs)
-            self.graphs[key] = graph, inputs, outputs
+        key = graph_key(args)
+        recording = self.recordings.get(key)
+        if recording is None:
+            inputs = [arg.detach().clone() if isinstance(arg, torch.Tensor) else arg for arg in args]
+            recording = self.recordings[key] = Recording(inputs)
         else:
-            graph, inputs, outputs = self.graphs[key]
-            for recorded, arg in zip(inputs, args):
-                if isinstance(arg, torch.Tensor):
-                    recorded.copy_(arg)
+            pairs = [(s, a) for s, a in zip(recording.inputs, args) if isinstance(a, torch.Tensor) and s is not a]
+            if pairs:
+                torch._foreach_copy_([s for s, _ in pairs], [a for _, a in pairs])
+        if recording.calls < self.warmup:
+            recording.calls += 1
+            return self.warm_up(recording.inputs)
+        if recording.graph is None:
+            recording.graph, recording.outputs = self.record(recording.inputs)
+        self.replay(recording.graph)
+        return recording.outputs
+
+    def warm_up(self, inputs: list):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            out = self.fn(*inputs)
+        torch.cuda.current_stream().wait_stream(self.side)
+        return out
+
+    def record(self, inputs: list) -> tuple:
+        """(graph, outputs) of fn recorded on `inputs`; nothing has run yet."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = self.fn(*inputs)
+        return graph, outputs
+
+    def replay(self, graph) -> None:
         graph.replay()
-        return tuple(x.clone() for x in outputs) if isinstance(outputs, tuple) else outputs.clone()
 
 
 class PinnedStaging:
     """Host arrays to the device without a synchronisation: each is copied into pinned (page-locked) host memory and
     sent from there with an asynchronous copy, which the host does not wait for (a copy from ordinary memory waits
-    for the device to finish all it was given). Each named stream of arrays has two pinned buffers used in turn,
-    and one is written again only once its last copy is done (an event): the host waits only when it is two steps
-    ahead of the device."""
+    for the device to finish all it was given). Each name and shape of arrays has two pinned buffers used in turn
+    (a name whose shape varies, as the frames an Atari memory writes, keeps a pair per shape), and one is written
+    again only once its last copy is done (an event): the host waits only when it is two steps ahead of the device.
+    `dtype` converts on the host, as the array is written into its buffer. Off the GPU path the array becomes a
+    tensor as it is (no copy, as torch.as_tensor); on it with CPU tensors (GPU_PATH_ON_CPU) the buffers are
+    ordinary memory and the copy a copy."""
 
     def __init__(self, device: torch.device):
         self.device, self.buffers, self.turns = device, {}, {}
+        self.cuda = device.type == "cuda"
 
-    def to_device(self, name: str, array: np.ndarray) -> torch.Tensor:
-        if self.device.type != "cuda":  # nothing to send: the array as a tensor (no copy), as torch.as_tensor does
-            return torch.as_tensor(array).to(self.device, non_blocking=True)
-        array = np.ascontiguousarray(array)
-        turn = self.turns[name] = self.turns.get(name, -1) + 1
-        key = (name, turn % 2)
-        if key not in self.buffers or self.buffers[key][0].shape != array.shape:
-            pinned = torch.empty(array.shape, dtype=torch.from_numpy(array[:0]).dtype, pin_memory=True)
-            self.buffers[key] = pinned, torch.cuda.Event()
+    def to_device(self, name: str, array: np.ndarray, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        if not gpu_path(self.device):  # nothing to send: the array as a tensor (no copy, unless dtype converts)
+            return torch.as_tensor(array, dtype=dtype)
+        array = np.asarray(array)
+        turn = self.turns[name, array.shape] = self.turns.get((name, array.shape), -1) + 1
+        key = (name, array.shape, turn % 2)
+        if key not in self.buffers:
+            pinned = torch.empty(array.shape, dtype=dtype or torch.from_numpy(np.empty(0, array.dtype)).dtype,
+                                 pin_memory=self.cuda)
+            self.buffers[key] = pinned, torch.cuda.Event() if self.cuda else None
         pinned, copied = self.buffers[key]
-        copied.synchronize()
+        if copied is not None:
+            copied.synchronize()
         pinned.numpy()[...] = array
-        out = pinned.to(self.device, non_blocking=True)
-        copied.record()
+        out = pinned.to(self.device, non_blocking=True, copy=True)
+        if copied is not None:
+            copied.record()
         return out
 
 

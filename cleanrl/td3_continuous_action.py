@@ -215,9 +215,9 @@ if __name__ == "__main__":
 
     actor = Actor(obs_dim, low, high).to(device)
     # the twin critics batched into one call per layer on a GPU (QNetworks)
-    qf = QNetworks(obs_dim, action_dim, batched=device.type == "cuda").to(device)
+    qf = QNetworks(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
     target_actor = Actor(obs_dim, low, high).to(device)
-    qf_target = QNetworks(obs_dim, action_dim, batched=device.type == "cuda").to(device)
+    qf_target = QNetworks(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
     target_actor.load_state_dict(actor.state_dict())
     qf_target.load_state_dict(qf.state_dict())
     # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need; fused: one kernel
@@ -247,29 +247,24 @@ if __name__ == "__main__":
             mu = actor(obs)
             return exploration_actions(mu, torch.randn_like(mu), args.exploration_noise, actor)
 
-    def update_critic(
-        observations: torch.Tensor,
-        actions: torch.Tensor,
-        next_observations: torch.Tensor,
-        rewards: torch.Tensor,
-        terminations: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
-        """One step of both critics on a sampled batch; returns each critic's loss (2,), the summed loss and each
-        critic's mean Q(s, a) (2,), detached."""
+    def update_critic() -> tuple[torch.Tensor, ...]:
+        """One step of both critics on a batch sampled from the memory; returns each critic's loss (2,), the summed
+        loss and each critic's mean Q(s, a) (2,), detached, and the batch's observations (for the actor's step)."""
+        data = rb.sample(args.batch_size)
         with torch.no_grad():
-            mu_next = target_actor(next_observations)
+            mu_next = target_actor(data.next_observations)
             next_actions = smoothed_target_actions(
                 mu_next, torch.randn_like(mu_next), args.policy_noise, args.noise_clip,
                 target_actor.action_scale, target_actor.action_bias,
             )
             # clipped double-Q target, Sec. 4.2, Fujimoto et al. 2018; no bootstrap from a terminal state
-            next_q = qf_target(next_observations, next_actions).min(0).values
-            next_q_value = rewards + args.gamma * (1.0 - terminations) * next_q
-        q_values = qf(observations, actions)  # (2, batch)
+            next_q = qf_target(data.next_observations, next_actions).min(0).values
+            next_q_value = data.rewards + args.gamma * (1.0 - data.terminations) * next_q
+        q_values = qf(data.observations, data.actions)  # (2, batch)
         qf_losses = ((q_values - next_q_value) ** 2).mean(1)  # each critic's mean squared error
         qf_loss = qf_losses.sum()
         gradient_step(q_optimizer, qf_loss)
-        return qf_losses.detach(), qf_loss.detach(), q_values.detach().mean(1)
+        return qf_losses.detach(), qf_loss.detach(), q_values.detach().mean(1), data.observations
 
     def update_actor(observations: torch.Tensor) -> torch.Tensor:
         """One actor step (deterministic policy gradient through Q1), then the Polyak step of all three target
@@ -292,7 +287,7 @@ if __name__ == "__main__":
         if global_step <= learning_starts:
             actions = envs.action_space.sample()
         else:
-            actions = policy_step(staging.to_device("obs", obs).float()).cpu().numpy()
+            actions = policy_step(staging.to_device("obs", obs, torch.float32)).cpu().numpy()
 
         # step
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -305,10 +300,7 @@ if __name__ == "__main__":
 
         # learn: one gradient step per vector step once the warm-up is over
         if global_step > learning_starts:
-            data = rb.sample(args.batch_size)
-            qf_losses, qf_loss, q_values = update_critic(
-                data.observations, data.actions, data.next_observations, data.rewards, data.terminations
-            )
+            qf_losses, qf_loss, q_values, observations = update_critic()
             num_updates += 1
 
             # delayed policy updates: the actor (on Q1 only) and all targets move every policy_frequency steps
@@ -316,7 +308,7 @@ if __name__ == "__main__":
                 # the critic only passes gradients through to the actor here: freezing its weights skips
                 # their gradient matmuls (same result, the critic's grads are reset before its next step)
                 qf.requires_grad_(False)
-                actor_loss = update_actor(data.observations)
+                actor_loss = update_actor(observations)
                 qf.requires_grad_(True)
                 # SPS leaves out everything up to here: the random warm-up and this process's first critic and
                 # actor updates, which hold --compile's compilation; it is logged once the clock has run.

@@ -68,6 +68,12 @@ UNAVOIDABLE = {
         "step that runs as one eager kernel anyway, and dynamo would compile Adam.step again for every optimizer "
         "object (three in SAC) or, in PPG, again in each phase; --cudagraphs records them with the rest all the same",
         explanation="an optimizer step, kept out of dynamo"),
+    "the host replay memory's sample": Unavoidable(
+        "Skip inlining `torch.compiler.disable()`d function",
+        "DDPG's, TD3's and SAC's updates sample their batch themselves; from a replay memory in host memory the "
+        "sample is numpy's generator and host arrays (replay_memory.ReplayBuffer.sample, torch.compiler.disable'd), "
+        "which dynamo cannot trace; the memory in a GPU's memory samples with torch ops that it traces",
+        explanation="host sampling"),
     "Optimizer.zero_grad": Unavoidable(
         "Attempted to inline function marked as skipped",
         "dynamo marks Optimizer.zero_grad as skipped (torch/_compile.py's disable wrapper): it sets the gradients "

@@ -188,7 +188,8 @@ def assert_losses_close(reference: dict, other: dict, keys, rtol: float, atol: f
 def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rtol: float, atol: float,
                           min_updates: int = 3, episodes_rtol: Optional[float] = 0.0, launcher=None,
                           device: str = "--no-cuda", flags: tuple = ("--compile",),
-                          first_update_only: bool = False, later_spread: Optional[float] = None) -> dict:
+                          first_update_only: bool = False, later_spread: Optional[float] = None,
+                          extra_env: Optional[dict] = None) -> dict:
     """The --compile path and the plain path, same seed on CPU, log the same losses within (rtol, atol).
 
     The compiled run must really compile: torch's dynamo log must show every function named in `compiled`
@@ -201,12 +202,12 @@ def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rto
     they are not compared (the budget ends no episode). `device` and `flags` choose the device (--cuda on a GPU) and
     the compiled run's flags (e.g. --compile --cudagraphs). With `first_update_only`, only each loss's first logged
     value is compared (later ones must stay finite); with `later_spread`, the values after the first may also differ
-    by that fraction of the plain run's spread of the loss (assert_losses_close). The plain run's scalars are
-    returned.
+    by that fraction of the plain run's spread of the loss (assert_losses_close). `extra_env`: environment variables
+    of both runs. The plain run's scalars are returned.
     """
     runs = {}
-    logs = script_env(TORCH_LOGS="dynamo,recompiles,graph_breaks")
-    for name, extra, env in (("plain", [], None), ("compiled", list(flags), logs)):
+    logs = script_env(TORCH_LOGS="dynamo,recompiles,graph_breaks", **(extra_env or {}))
+    for name, extra, env in (("plain", [], script_env(**(extra_env or {}))), ("compiled", list(flags), logs)):
         (Path(cwd) / name).mkdir()
         proc = run_script(script, *args, *extra, device, cwd=Path(cwd) / name, launcher=launcher, env=env)
         runs[name] = read_scalars(single_run_dir(Path(cwd) / name))

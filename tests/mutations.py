@@ -52,6 +52,7 @@ KINDS = {
     "c51-projection": "C51's categorical projection keeps all the mass",
     "run-lock": "one process at a time holds a run directory",
     "td-target": "DQN's TD target does not bootstrap past a termination",
+    "gpu-path": "the GPU path (--cudagraphs replays, device memories) computes what the plain path computes",
 }
 
 
@@ -183,13 +184,19 @@ MUTATIONS = [
         why="a new script copied from dqn.py with no row in tests/scripts.py"),
     Mutation(
         "compiled_random_ops_differ", "compile-parity", "cleanrl/speed.py",
-        "torch._inductor.config.fallback_random = not (args.cuda and torch.cuda.is_available())",
-        "torch._inductor.config.fallback_random = args.cuda and torch.cuda.is_available()",
+        "            torch._inductor.config.fallback_random = True\n",
+        "            torch._inductor.config.fallback_random = False\n",
         ("tests/test_compile.py::test_compile_logs_the_same_losses_as_the_plain_path[td3_continuous_action.py]",),
         run="heavy",
         why="on the CPU the compiled randn_like (TD3's exploration and smoothing noise) draws from inductor's own "
             "generator: other actions, other losses. ppo.py's compiled multinomial is an eager fallback either way, "
             "so the default run's one --compile test (a ppo.py resume) cannot see it"),
+    Mutation(
+        "recorder_replays_stale_inputs", "gpu-path", "cleanrl/speed.py",
+        "                torch._foreach_copy_([s for s, _ in pairs], [a for _, a in pairs])\n",
+        "                pass\n",
+        ("tests/test_standin.py::test_the_recorder_calls_its_function_on_the_same_tensors_from_the_first_call_on",),
+        why="--cudagraphs replays on the inputs of its recording call: the same policy step and update again"),
     Mutation(
         "replay_samples_unwritten_slots", "replay-sampling", "cleanrl/replay_memory.py",
         "        idx = self.rng.integers(0, len(self), size=batch_size)\n",

@@ -29,6 +29,12 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmark/gpu_check.py runs these on a GPU)"),
 ]
 
+# The two runs draw the same random numbers: on CUDA inductor would draw the compiled code's samples (randn_like,
+# the Gaussian policies' and TD3's noise) from its own generator, fused into its kernels, and the runs would part at
+# the first sampled action; TORCHINDUCTOR_FALLBACK_RANDOM=1 has it call torch's generator as eager code does (on the
+# CPU speed.speed_up sets that itself). CUDA graphs replay the default generator's draws as eager code makes them.
+EQUAL_DRAWS = {"TORCHINDUCTOR_FALLBACK_RANDOM": "1"}
+
 # every script with a CPU parity case, the row's (ppg_procgen's needs envpool, and skips where it is missing); a row
 # whose runs part before their first logged update on a GPU says so (Parity.cuda_first_update_only: SAC)
 CUDA_CASES = CASES
@@ -45,6 +51,7 @@ def test_compile_cudagraphs_logs_the_losses_of_the_plain_cuda_path(row, workdir)
         min_updates=case.min_updates, episodes_rtol=None, device="--cuda", flags=("--compile", "--cudagraphs"),
         first_update_only=case.cuda_first_update_only,
         later_spread=None if case.later_spread is None else min(1.0, 10 * case.later_spread),
+        extra_env=EQUAL_DRAWS,
     )  # fmt: skip
 
 
@@ -86,6 +93,7 @@ def test_one_process_nccl_run_with_compile_cudagraphs_logs_the_losses_of_the_pla
     assert_compile_parity(
         "ppo_atari_multigpu.py", args, workdir, ["policy_step", "grad_step", "optimizer_step"], rtol=1e-2, atol=1e-4,
         min_updates=3, episodes_rtol=None, launcher=standalone(1), device="--cuda", flags=("--compile", "--cudagraphs"),
+        extra_env=EQUAL_DRAWS,
     )
 
 

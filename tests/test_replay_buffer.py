@@ -107,16 +107,22 @@ def test_the_device_memory_holds_the_same_transitions_and_checkpoints_both_ways(
         np.testing.assert_array_equal(back.rewards, host.rewards)
 
 
-def test_the_device_memory_samples_only_written_slots_from_its_own_generator():
+def test_the_device_memory_samples_only_written_slots_from_torchs_generator():
     rb = filled(buffer_size=10, n_steps=4, kind=DeviceReplayBuffer)
+    assert int(rb.stored) == 4 and rb.rng is None
     data = rb.sample(200)
     assert set(data.rewards.tolist()) == {0.0, 1.0, 2.0, 3.0}
     np.testing.assert_array_equal(data.next_observations[:, 0].numpy(), data.observations[:, 0].numpy() + 0.5)
-    # the sampling generator is a checkpoint entry: restored, it draws the same batch again
-    state = checkpoints.state_of(rb.rng)
+    assert data.actions.dtype == torch.int64 and data.actions.tolist() == [int(k) % 3 for k in data.rewards.tolist()]
+    # the draws are torch's default generator's (a checkpoint's "rng" entry): restored, it draws the same batch
+    state = checkpoints.rng_state()
     first = rb.sample(8).rewards
-    checkpoints.load_state_of(rb.rng, state)
+    checkpoints.set_rng_state(state)
     assert torch.equal(rb.sample(8).rewards, first)
+    # the count of stored transitions follows a checkpoint into a fresh memory
+    other = filled(buffer_size=10, n_steps=0, kind=DeviceReplayBuffer)
+    other.load_state_dict(rb.state_dict())
+    assert int(other.stored) == 4 and "stored" not in rb.state_dict()
 
 
 def test_a_sampling_generator_saved_by_the_other_kind_is_seeded_from_it():
