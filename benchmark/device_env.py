@@ -1,8 +1,12 @@
-# docs: docs/benchmark.md
-"""Prepares here, where pip reaches the package index, what the GPU check needs on a GPU machine that has torch with
-CUDA but no package index (python 3.12 there), as folders to carry there (all under benchmark/results/, which git
-ignores):
+# docs: docs/speed.md
+"""Prepares here, where pip reaches the package index, what the GPU check (benchmark/gpu_check.py) needs on a GPU
+machine that has Python 3.12 and torch with CUDA but no package index, as folders small enough to travel with the
+working tree in one call of the device tool (all of it under 64 MiB), and prints that call: its command and the
+folders to carry. The folders (all under benchmark/results/, which git ignores):
 
+    benchmark/results/device-wheels    what our scripts, tests/test_cuda.py and the check's tools import beyond torch,
+                                       as wheels for --python-version, with manifest.json; benchmark/device_install.py
+                                       installs them there (below)
     benchmark/results/leanrl           a snapshot of github:pytorch-labs/LeanRL (leanrl/, its LICENSE, README and
                                        requirements) from a git repository (--leanrl-git: a path, bare or not, or a
                                        URL), and SNAPSHOT.json with its commit; never copied into the project
@@ -10,8 +14,25 @@ ignores):
                                        installed (pip install --target) for --python-version, with manifest.json;
                                        numpy stays a wheel in wheels/ (installed it is 60 MB), which
                                        benchmark/speed_anchor.py unpacks before LeanRL's runs
-    benchmark/results/device-wheels    our scripts' packages that the GPU machine lacks, as wheels at the versions
-                                       installed here (the GPU command installs them with pip --no-index)
+
+device-wheels holds two kinds of package (DEVICE_OURS, DEVICE_IF_MISSING), at the versions installed here:
+- ours: what decides what our scripts compute (gymnasium, its MuJoCo and Atari engines, tyro), installed whatever
+  the machine has and first on its PYTHONPATH;
+- if missing: numpy, tensorboard, pytest, pytest-xdist and a few small ones (DEVICE_IF_MISSING), which a bare torch
+  install lacks and a GPU machine's image usually has: installed only where the machine lacks them, so that its own
+  compiled packages keep the numpy they were built against and its pytest plugins their pytest. Where the machine
+  lacks numpy, ours get LeanRL's numpy 1.26.4 (the project takes numpy>=1.24), carried once for both.
+Tried here on a stand-in for a bare machine (a Python 3.11 virtual environment holding torch 2.13 and its own needs
+alone, the wheels made with --python-version 3.11): the install (4 s), pytest-xdist running tests/test_cuda.py (all
+skip without CUDA), our SAC, PPO continuous and Atari scripts on numpy 1.26.4, and the speed anchor on the CPU with
+LeanRL's SAC.
+Left out (NOT_CARRIED), as too large to travel: OpenCV (opencv-python-headless 5.1.0.95 for Python 3.12 is a 55 MiB
+wheel), which gymnasium's Atari preprocessing resizes frames with, so a machine without it runs the Atari scripts
+with their default --env-backend ale-vector alone, as everything the GPU check runs does; envpool (0.9.0, the last
+release before 1.0, is a 77 MiB wheel), so ppg_procgen's CUDA tests skip and LeanRL's Atari script (envpool<1 with
+the old gym API) does not run, which its row of the speed anchor says. Also left out: tensorboard's server
+(tensorboard-data-server, grpcio, werkzeug, markdown, pillow; 21 MiB), as the scripts only write event files and the
+tools only read them; mujoco's viewer (mujoco-studio, pyopengl; 11 MiB).
 
 LeanRL's versions (LEANRL_PACKAGES): its scripts were written in 2024 for tensordict and torchrl nightlies, gymnasium
 0.29 and numpy<2. tensordict 0.8.3 is the last release whose TensorDictModule still takes a function that returns
@@ -24,22 +45,27 @@ does not load, and torchrl says so in a warning and goes on; LeanRL uses only it
 here with torch 2.13 (CPU), Python 3.11: LeanRL's SAC, TD3 and PPO continuous scripts run with this set (--cuda off;
 --cudagraphs needs CUDA: its capturable Adam refuses CPU tensors). gymnasium 0.29.1 steps HalfCheetah-v4 on mujoco
 4.0.1. With numpy 2.4 SAC fails at the first episode end (float() of a 1-element array); with tensordict 0.14
-SAC fails at its first policy step. LeanRL's Atari script needs envpool with the old gym API (gym<0.26): envpool's
-wheels are 50-90 MB and the version it was written for (0.8) has none for Python 3.12, so it is left out and its row
-says so. wandb is not needed: benchmark/anchor_launch.py stands in for it.
+SAC fails at its first policy step. wandb is not needed: benchmark/anchor_launch.py stands in for it.
 
-Run (about a minute; 25-40 MB to download):
+Run (about 15 seconds here; about 45 MB to download):
     python benchmark/device_env.py --leanrl-git /path/to/LeanRL      # a clone, a bare mirror, or its URL
+    python benchmark/device_env.py --parts                            # make nothing: sizes, carry and command again
     python benchmark/device_env.py --parts leanrl-env --python-version 3.11 --leanrl-env benchmark/results/leanrl-env-py311
         (a LeanRL environment for this machine's Python, to try LeanRL's scripts on the CPU)
-It prints each folder's size, the size of what a GPU call would carry (limit 64 MiB) and the command to run there:
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site benchmark/results/device-wheels/*.whl \
+It prints each folder's size and the total a GPU call would carry with the working tree, refuses in one line when
+that is over 64 MiB, and else ends with the device tool's call: the folders to carry and the command (device_command),
+    python3 benchmark/device_install.py benchmark/results/device-wheels /tmp/site \
         && export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 \
-        && python3 benchmark/gpu_check.py --steps speed-anchor --out benchmark/results/gpu-anchor
-(benchmark/speed_anchor.py puts LeanRL's environment before that PYTHONPATH for LeanRL's runs only; ours see /tmp/site.)
+        && python3 benchmark/gpu_check.py --out /tmp/gpu-check-$$ --pack $OUT
+which installs the carried packages into /tmp/site and runs the whole GPU check, its summary and an archive of its
+results packed into the folder the device tool brings back ($OUT); $$, the shell's process id, makes the check's
+folder new in each call. benchmark/speed_anchor.py puts LeanRL's environment before that PYTHONPATH for LeanRL's
+runs only; ours see /tmp/site.
 """
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,7 +85,8 @@ ROOT = Path(__file__).resolve().parent.parent
 class Args:
     parts: list[Literal["leanrl", "leanrl-env", "device-wheels"]] = field(
         default_factory=lambda: ["leanrl", "leanrl-env", "device-wheels"])
-    """what to make (each replaces its folder)"""
+    """what to make (each replaces its folder; made in the order above, as device-wheels takes LeanRL's numpy wheel);
+    none: only measure the folders and print the call"""
     leanrl_git: Optional[str] = None
     """LeanRL's git repository (a path, bare or with a work tree, or a URL) for the snapshot"""
     leanrl_commit: str = "HEAD"
@@ -89,11 +116,29 @@ LEANRL_PACKAGES = ["tensordict==0.8.3", "torchrl==0.8.1", "gymnasium==0.29.1", "
 LEANRL_WHEELS = ["numpy==1.26.4"]  # LeanRL's requirements: numpy<2.0; kept zipped, unpacked where it runs
 # top-level folders torchrl's wheel installs beside its package (its repository's build helpers)
 STRAY = ["build_tools", "benchmarks", "sota-implementations", "examples", "test", "tutorials", "bin"]
-# our scripts' packages the GPU machines lack (they have torch, numpy, tensorboard, opencv, tqdm, pytest): pinned to
-# the versions installed here. mujoco's own wheel is only its Python front; its bindings are mujoco-core; its
-# viewer (mujoco-studio) and the viewer's OpenGL helpers are left out, as the scripts never render on the GPU machine.
-DEVICE_PACKAGES = ["gymnasium", "farama-notifications", "mujoco", "mujoco-core", "glfw", "ale-py", "tyro", "docstring-parser",
-                   "typeguard", "typing-extensions"]  # fmt: skip
+# device-wheels, ours: what decides what our scripts compute, installed on the GPU machine whatever it has. mujoco's
+# own wheel is only its Python front; its bindings are mujoco-core; its viewer (mujoco-studio) and the viewer's OpenGL
+# helpers are left out, as the scripts never render there. typing-extensions: new enough for typeguard.
+DEVICE_OURS = ["gymnasium", "farama-notifications", "mujoco", "mujoco-core", "glfw", "ale-py", "tyro",
+               "docstring-parser", "typeguard", "typing-extensions"]  # fmt: skip
+# device-wheels, if missing: the rest of what our scripts (numpy, cloudpickle for gymnasium, imageio for its MuJoCo
+# envs, which import their renderer, tensorboard's event files), tests/test_cuda.py (pytest, pytest-xdist for
+# gpu_check's test processes) and the check's tools (packaging) import that a bare torch install lacks; a group is
+# installed where the machine lacks the package that names it. tensorboard: its event-file writer and reader need
+# protobuf and absl-py (tensorboard's TensorFlow stub imports absl), not its server. numpy: LeanRL's wheel
+# (LEANRL_WHEELS), carried once for both.
+DEVICE_IF_MISSING = {"numpy": ["numpy"], "cloudpickle": ["cloudpickle"], "imageio": ["imageio"],
+                     "packaging": ["packaging"], "tensorboard": ["tensorboard", "protobuf", "absl-py"],
+                     "pytest": ["pytest", "pluggy", "iniconfig", "pygments"],
+                     "pytest-xdist": ["pytest-xdist", "execnet"]}  # fmt: skip
+# modules not carried, by size, and what a machine without them cannot run (benchmark/device_install.py warns)
+NOT_CARRIED = {
+    "cv2": "OpenCV (opencv-python-headless 5.1.0.95 for Python 3.12 is a 55 MiB wheel), which gymnasium's Atari "
+           "preprocessing resizes frames with: without it the Atari scripts run with their default --env-backend "
+           "ale-vector alone (ale-py's own preprocessing), as everything the GPU check runs does, not with gymnasium",
+    "envpool": "envpool (its last release before 1.0, 0.9.0, is a 77 MiB wheel): without it ppg_procgen's CUDA tests "
+               "skip and LeanRL's Atari script (envpool<1 with the old gym API) does not run",
+}  # fmt: skip
 PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64",
              "manylinux1_x86_64"]  # fmt: skip
@@ -179,6 +224,7 @@ def make_leanrl_env(args: Args) -> None:
         (folder / "manifest.json").write_text(json.dumps({
             "python": args.python_version, "packages": installed, "unpack": wheels,
             "from_elsewhere": "torch (the machine's), mujoco (device-wheels on a GPU machine)",
+            "left_out": {"envpool": NOT_CARRIED["envpool"].split(":")[0] + ", too large to carry to a GPU machine"},
             "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": "python benchmark/device_env.py",
         }, indent=2) + "\n")  # fmt: skip
         size = size_mib(folder)
@@ -188,22 +234,78 @@ def make_leanrl_env(args: Args) -> None:
     replace(Path(args.leanrl_env), build)
 
 
+def canonical(name: str) -> str:
+    """A distribution's name as pip compares it (PEP 503): lower case, runs of -, _ and . as one -."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_name(path: Path) -> str:
+    return canonical(path.name.split("-")[0])
+
+
+def leanrl_numpy(args: Args) -> Optional[Path]:
+    """LeanRL's numpy wheel (LEANRL_WHEELS) in its environment folder when that was made for --python-version."""
+    env = Path(args.leanrl_env)
+    path = env / "manifest.json"
+    made_for = json.loads(path.read_text()).get("python") if path.is_file() else None
+    version = LEANRL_WHEELS[0].split("==")[1]
+    found = sorted((env / "wheels").glob(f"numpy-{version}-*.whl"))
+    return found[0] if found and made_for == args.python_version else None
+
+
 def make_device_wheels(args: Args) -> None:
+    names = DEVICE_OURS + [n for members in DEVICE_IF_MISSING.values() for n in members if n != "numpy"]
     pins = []
-    for name in DEVICE_PACKAGES:
+    for name in names:
         try:
             pins.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:
-            fail(f"{name} is not installed here; install the project with its mujoco and atari extras first")
-    replace(Path(args.device_wheels), lambda folder: pip("download", "--quiet", "--dest", str(folder),
-                                                         *binary_flags(args.python_version), *pins))
+            fail(f"{name} is not installed here; install the project with its mujoco and atari extras and dev tools")
+    shared = leanrl_numpy(args)
+    target = Path(args.device_wheels)
+
+    def build(folder: Path) -> None:
+        pip("download", "--quiet", "--dest", str(folder), *binary_flags(args.python_version), *pins)
+        if shared is None:  # no LeanRL environment for this Python beside it: numpy of its own
+            pip("download", "--quiet", "--dest", str(folder), *binary_flags(args.python_version), *LEANRL_WHEELS)
+        wheels = {wheel_name(p): p.name for p in folder.glob("*.whl")}
+        if shared is not None:  # relative to this folder, as the carried folders lie side by side there too
+            wheels["numpy"] = os.path.relpath(shared.absolute(), target.absolute())
+        missing = [n for n in [*names, "numpy"] if canonical(n) not in wheels]
+        if missing:
+            fail(f"pip downloaded no wheel of {' '.join(missing)} for Python {args.python_version}")
+        (folder / "manifest.json").write_text(json.dumps({
+            "python": args.python_version,
+            "ours": [wheels[canonical(n)] for n in DEVICE_OURS],
+            "if_missing": {group: [wheels[canonical(n)] for n in members]
+                           for group, members in DEVICE_IF_MISSING.items()},
+            "not_carried": NOT_CARRIED,
+            "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": "python benchmark/device_env.py",
+        }, indent=2) + "\n")  # fmt: skip
+
+    replace(target, build)
 
 
-def device_command(wheels: str) -> str:
-    """The command for a GPU machine: our packages from the carried wheels into /tmp/site, then the check."""
-    return (f"python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site {wheels}/*.whl && "
-            "export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 && "
-            "python3 benchmark/gpu_check.py --steps speed-anchor --out benchmark/results/gpu-anchor")  # fmt: skip
+# where the check's folder goes on the GPU machine ($$: the shell's process id, a new folder in each call) and where
+# its summary and archive go: the folder whose files the device tool brings back
+DEVICE_OUT = "/tmp/gpu-check-$$"
+DEVICE_PACK = "$OUT"
+
+
+def in_checkout(path: str) -> str:
+    """A path as the device tool takes it: relative to the checkout's root where it is inside it."""
+    p = Path(path).absolute()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else path
+
+
+def device_command(args: Args) -> str:
+    """The device tool's command: our packages from the carried wheels into /tmp/site, then the whole GPU check."""
+    leanrl, env = in_checkout(args.leanrl), in_checkout(args.leanrl_env)
+    flags = [f"--leanrl {leanrl}"] if leanrl != Args.leanrl else []
+    flags += [f"--leanrl-env {env}"] if env != Args.leanrl_env else []
+    return " ".join([f"python3 benchmark/device_install.py {in_checkout(args.device_wheels)} /tmp/site &&",
+                     "export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 &&",
+                     f"python3 benchmark/gpu_check.py --out {DEVICE_OUT} --pack {DEVICE_PACK}", *flags])  # fmt: skip
 
 
 def tree_mib() -> float:
@@ -214,27 +316,31 @@ def tree_mib() -> float:
 
 
 def main(args: Args) -> None:
-    if not args.parts:
-        fail("--parts is empty")
     makers = {"leanrl": make_snapshot, "leanrl-env": make_leanrl_env, "device-wheels": make_device_wheels}
-    for part in args.parts:
+    for part in [p for p in makers if p in args.parts]:
         print(f"making {part} ...", flush=True)
         makers[part](args)
-    folders = {"leanrl": Path(args.leanrl), "leanrl-env": Path(args.leanrl_env), "device-wheels": Path(args.device_wheels)}
-    carried, total = [], tree_mib()
+    folders = [Path(args.device_wheels), Path(args.leanrl), Path(args.leanrl_env)]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    total = tree_mib()
     print(f"the working tree that a GPU call sends: {total:.1f} MiB")
-    for part, folder in folders.items():
-        if folder.exists():
+    for folder in folders:
+        if folder.is_dir():
             mib = size_mib(folder)
             total += mib
-            carried.append(str(folder))
             print(f"{folder}: {mib:.1f} MiB")
-    print(f"in all {total:.1f} MiB of the {CARRY_LIMIT_MIB} MiB a call may carry" + (" (OVER)" if total > CARRY_LIMIT_MIB else ""))
-    print("carry: " + " ".join(carried))
-    print("the command there (the GPU check's speed anchor alone; its results in benchmark/results/gpu-anchor):\n"
-          f"  {device_command(args.device_wheels)}")
+    print(f"in all {total:.1f} MiB of the {CARRY_LIMIT_MIB} MiB a call may carry")
     if total > CARRY_LIMIT_MIB:
-        fail(f"{total:.1f} MiB would not travel in one GPU call (limit {CARRY_LIMIT_MIB} MiB)")
+        fail(f"{total:.1f} MiB would not travel in one GPU call (limit {CARRY_LIMIT_MIB} MiB): carry less")
+    if missing:
+        fail(f"{' and '.join(missing)} missing: make them (--parts) before the GPU call")
+    for folder in folders:
+        if not folder.absolute().is_relative_to(ROOT):
+            print(f"warning: {folder} is outside the checkout ({ROOT}); the device tool carries paths inside it only")
+    print("The device tool's call (run), the check under 8 minutes; its summary.md and gpu-check.tar.gz come back:")
+    print("carry: " + json.dumps([in_checkout(str(f)) for f in folders]))
+    print("timeout_s: 600")
+    print("command: " + device_command(args))
 
 
 if __name__ == "__main__":

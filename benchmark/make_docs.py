@@ -372,26 +372,27 @@ python benchmark/make_docs.py
 The throughput table: `python benchmark/throughput.py --threads defaults --cleanrl CLEANRL_SNAPSHOT` (about 20
 minutes with nothing else running; `--threads one` puts every trainer on one torch thread instead), then
 `python benchmark/make_docs.py --throughput benchmark/results/speed/results.json`. On a machine with an NVIDIA GPU,
-one command runs the CUDA parity tests (`--compile --cudagraphs` and `--amp` against the plain CUDA path), a
-1-process NCCL run of `ppo_atari_multigpu.py` and the GPU throughput table, in at most 8 minutes, into one folder
-with a `summary.md`; then `python benchmark/make_docs.py --throughput benchmark/results/gpu-check/speed-gpu/results.json`
-adds the GPU table to this page:
+one command runs, in at most 7.5 minutes and into one folder with a `summary.md`, the CUDA parity tests
+(`--compile --cudagraphs` and `--amp` against the plain CUDA path, a 1-process NCCL run of `ppo_atari_multigpu.py`),
+a GPU throughput row (`c51_atari`) and the speed anchor, which times SAC, TD3 and PPO (continuous and Atari) plain
+and with `--compile --cudagraphs` beside LeanRL's compiled scripts (the PyTorch team's compiled fork of CleanRL) on
+the same device over the same measured windows (warm-up left out), and counts with `torch.profiler` how many CUDA
+graph launches, synchronisations and copies each of our steps makes:
 
 ```bash
 python benchmark/gpu_check.py --out benchmark/results/gpu-check
 ```
 
-The same tool measures our scripts beside LeanRL's (the PyTorch team's compiled fork of CleanRL) on the same
-device: `--steps speed-anchor` runs `benchmark/speed_anchor.py`, which times SAC, TD3 and PPO (continuous and Atari)
-plain and with `--compile --cudagraphs` and LeanRL's compiled scripts over the same measured windows (warm-up left
-out), and counts with `torch.profiler` how many CUDA graph launches, synchronisations and copies each of our steps
-makes. LeanRL's scripts run from a snapshot of its repository, with their own packages; `python
-benchmark/device_env.py --leanrl-git PATH` prepares both (and our scripts' packages as wheels) for a GPU machine
-that has no package index:
+LeanRL's scripts run from a snapshot of its repository, with their own packages; `python benchmark/device_env.py
+--leanrl-git PATH` prepares both, and our scripts' packages as wheels, for a GPU machine that has no package index,
+and prints the call that runs the check there ([speed flags](speed.md#the-gpu-check)). Other steps and rows, each
+in its own call (`--steps throughput --scripts ...` for table rows: `python benchmark/make_docs.py --throughput
+<out>/speed-gpu/results.json` then puts that table on this page in place of the one above):
 
 ```bash
 python benchmark/device_env.py --leanrl-git /path/to/LeanRL/.git
 python benchmark/gpu_check.py --steps speed-anchor --out benchmark/results/gpu-anchor
+python benchmark/gpu_check.py --steps throughput --scripts ppo dqn c51 ddpg_continuous_action --out benchmark/results/gpu-table
 ```
 
 The benchmarks at the upstream CleanRL budgets (10M Atari steps, 1M MuJoCo steps for every algorithm, 25M Procgen

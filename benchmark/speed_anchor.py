@@ -36,16 +36,17 @@ steps. The profiled runs also fill Inductor's cache (TORCHINDUCTOR_CACHE_DIR, on
 compiled runs compile from it; LeanRL's compiled variants run once with budget W for the same reason.
 
 Time: --minutes bounds the whole tool. The profiled and cache-filling runs go first, in parallel (--jobs at a time;
-their counts do not depend on speed), for at most --profile-share of the time; then the timed runs one at a time:
-ours' variants first, then LeanRL's, then ours plain (the shortest first). A run whose expected time (ESTIMATE_*
-below, from the speeds seen so far) no longer fits is not run, and its cell says so; a run killed at its limit, a
-failed run and a LeanRL script whose packages are missing or of a version it cannot run with (LEANRL_NEEDS, checked
-before any run) each say why in their cell; the table goes on and is written after every run. `--dry-run` prints
-every run, its command and its expected seconds. Expected on one H100 or H200 at the speeds seen so far: the
-parallel runs about 2 min; then ours compiled sac 63 s, td3 52 s, ppo_continuous_action 56 s, ppo_atari 30 s;
-LeanRL's compiled 33, 31 and 41 s (its Atari row is not run: no envpool); ours plain ppo_atari 18 s, td3 42 s, sac
-67 s, ppo_continuous_action 69 s: about 10.5 min in all, so within gpu_check's 7.6 min the last plain rows say that
-they did not fit (--scripts two at a time fits: about 6 min each).
+their counts do not depend on speed), for at most --profile-share of the time; then the timed runs one at a time,
+script by script ours' variants and then LeanRL's (a tool stopped early still has whole pairs), then ours plain (the
+shortest first). A run whose expected time (ESTIMATE_* below, from the speeds seen so far) no longer fits is not run,
+and its cell says so; a run killed at its limit, a failed run and a LeanRL script whose packages are missing or of a
+version it cannot run with (LEANRL_NEEDS, checked before any run; a package its environment's manifest.json leaves
+out says why) each say why in their cell; the table goes on and is written after every run. `--dry-run` prints
+every run, its command and its expected seconds. Expected on one H100 or H200 at the speeds seen so far, with the
+default windows: the parallel runs about 2 min; then ours compiled sac 63 s, td3 52 s, ppo_continuous_action 56 s,
+ppo_atari 30 s; LeanRL's compiled 33, 31 and 41 s (its Atari row is not run: no envpool); ours plain ppo_atari 18 s,
+td3 42 s, sac 67 s, ppo_continuous_action 69 s: about 10.5 min in all. benchmark/gpu_check.py runs it with shorter
+windows (its ANCHOR_FLAGS) in its share of 7.5 minutes.
 
 On a CPU (--no-cuda) the cudagraphs variants are n/a and the CUDA counts are 0: use it to try the tool (about 4
 minutes, with a LeanRL environment made for this machine's Python by benchmark/device_env.py), e.g.
@@ -325,14 +326,16 @@ def satisfies(version: str, need: str) -> Optional[str]:
     return f"{name} {version} in its environment: {NEEDS_WHY.get(need, need)}"
 
 
-def needs_problem(script: str, modules: dict) -> Optional[str]:
-    """Why LeanRL's script cannot run with the modules the preflight found; None if it can."""
+def needs_problem(script: str, modules: dict, left_out: Optional[dict] = None) -> Optional[str]:
+    """Why LeanRL's script cannot run with the modules the preflight found; None if it can. left_out: the modules its
+    environment leaves out, with why (its manifest.json's `left_out`)."""
     for need in LEANRL[script]["needs"]:
         name = need.split("<")[0]
         found = modules.get(name, {"error": "not checked"})
         if "error" in found:
-            return f"cannot import {name} from LeanRL's environment ({found['error']})" + (
-                f"; it needs {need}: {NEEDS_WHY[need]}" if need in NEEDS_WHY else "")
+            why = (f"{name} is left out of LeanRL's environment: {left_out[name]}" if name in (left_out or {})
+                   else f"cannot import {name} from LeanRL's environment ({found['error']})")  # fmt: skip
+            return why + (f"; it needs {need}: {NEEDS_WHY[need]}" if need in NEEDS_WHY else "")
         why = satisfies(found["version"], need)
         if why:
             return why
@@ -371,7 +374,7 @@ def per_step(counts_w: dict, counts_wm: dict, steps: int) -> dict:
 def plan(args: Args, leanrl_missing: Optional[str], unpacked: Path) -> tuple[list[Run], list[Run], dict]:
     """(the parallel runs, the timed runs in the order they run, the cells that will not run: row -> column -> why);
     leanrl_missing: why no LeanRL script can run (leanrl_problem), or None."""
-    parallel, timed_ours, timed_leanrl, timed_plain, not_run = [], [], [], [], {}
+    parallel, timed_pairs, timed_plain, not_run = [], [], [], {}  # timed_pairs: script by script, ours then LeanRL's
     pythonpath = leanrl_pythonpath(Path(args.leanrl_env), unpacked)
     snapshot = Path(args.leanrl).absolute()
     for script in args.scripts:
@@ -385,7 +388,7 @@ def plan(args: Args, leanrl_missing: Optional[str], unpacked: Path) -> tuple[lis
             cached = "cached" if v in args.profile_variants else "cold"
             run = Run(script, "ours", v, w["total"], [sys.executable, *ours_command(script, w["total"], v, args)], None,
                       estimate(script, "ours", v, w["total"], spec, cached))  # fmt: skip
-            (timed_plain if v == "plain" else timed_ours).append(run)
+            (timed_plain if v == "plain" else timed_pairs).append(run)
         for v in args.profile_variants:
             why = applies(v, spec, args.cuda) if v != "plain" else None
             if why:
@@ -403,14 +406,14 @@ def plan(args: Args, leanrl_missing: Optional[str], unpacked: Path) -> tuple[lis
                 continue
             path = str(snapshot / LEANRL[script]["script"])
             cmd = [sys.executable, str(LAUNCHER), "leanrl", "marks.json", path, *leanrl_argv(script, w["total"], v, args)]
-            timed_leanrl.append(Run(script, "leanrl", v, w["total"], cmd, pythonpath,
-                                    estimate(script, "leanrl", v, w["total"], spec, "cached" if "compile" in v else "cold")))  # fmt: skip
+            timed_pairs.append(Run(script, "leanrl", v, w["total"], cmd, pythonpath,
+                                   estimate(script, "leanrl", v, w["total"], spec, "cached" if "compile" in v else "cold")))  # fmt: skip
             if "compile" in v.split("+"):
                 cmd = [sys.executable, str(LAUNCHER), "leanrl", "marks.json", path, *leanrl_argv(script, w["warmup"], v, args)]
                 parallel.append(Run(script, "warm", v, w["warmup"], cmd, pythonpath,
                                     estimate(script, "leanrl", v, w["warmup"], spec, "cold")))  # fmt: skip
     # plain last, the shortest first: as many of them as the time left allows
-    return parallel, [*timed_ours, *timed_leanrl, *sorted(timed_plain, key=lambda r: r.estimate)], not_run
+    return parallel, [*timed_pairs, *sorted(timed_plain, key=lambda r: r.estimate)], not_run
 
 
 def run_parallel(runs: list[Run], out: Path, args: Args, limit: float) -> dict:
@@ -691,7 +694,7 @@ def main(args: Args) -> int:
         modules = preflight(lean_scripts, leanrl_pythonpath(Path(args.leanrl_env), unpacked), args, out / "work" / "preflight")
         header["leanrl_versions"] = ", ".join(f"{n} {m.get('version', 'missing')}" for n, m in sorted(modules.items()))
         for script in lean_scripts:
-            why = needs_problem(script, modules)
+            why = needs_problem(script, modules, manifest(Path(args.leanrl_env)).get("left_out"))
             if why:
                 for r in [r for r in timed + parallel if r.script == script and r.kind in ("leanrl", "warm")]:
                     not_run[script][f"leanrl {r.variant}"] = f"not run ({why})"
