@@ -5,7 +5,9 @@ output size depends on the data (a boolean mask, nonzero, unique) and a blocking
 of an array with device=, an index given as a numpy array) each make the host wait until the device has finished
 all the work it was given, so host and device stop overlapping. The GPU-speed issue asks that a training step make
 none of them but the one copy of its actions to the environments. The calls are the same on the CPU, so the census
-counts them there, per line of cleanrl/, in the tiny run of every script of tests/scripts.py, and holds each to:
+counts them there, per line of cleanrl/, in the tiny run of every script of tests/scripts.py on the GPU code path
+(tests/standin.py sets speed.GPU_PATH_ON_CPU: device replay memories, frames in device memory, pinned staging,
+batched critics), and holds each to:
   1. the lines that synchronise on at least half of the environment steps are exactly the row's action_copy: the
      actions, sampled on the device, copied to the environments, which no step can do without;
   2. every other line synchronises only when the run logs: on at most len(loss_steps) + 1 occasions, the logging
@@ -27,6 +29,7 @@ from tests.helpers import ROOT, read_scalars, run_script, script_env, single_run
 from tests.scripts import SCRIPTS, names, script_params
 
 CENSUS = ROOT / "tests" / "census.py"
+STANDIN = ROOT / "tests" / "standin.py"
 TIMEOUT = 300
 
 # The one line per script allowed to synchronise at every step is its row's action_copy (tests/scripts.py), matched
@@ -37,12 +40,14 @@ COPY_KINDS = {"cpu", "to-cpu", "copy-to-cpu", "numpy", "tolist"}  # the ways a c
 
 
 def take_census(script: str, args, cwd: Path) -> dict:
-    """Run `python tests/census.py` on cleanrl/<script> with args in cwd; the census it writes."""
+    """The census of cleanrl/<script> with args in cwd, on the GPU code path (`python tests/standin.py --census`:
+    speed.GPU_PATH_ON_CPU, so the device replay memories, frames, staging and batched critics a GPU run uses are
+    what is counted)."""
     out = Path(cwd) / "census.json"
-    cmd = [sys.executable, str(CENSUS), str(out), str(ROOT / "cleanrl" / script), *args]
+    cmd = [sys.executable, str(STANDIN), "--census", str(out), str(ROOT / "cleanrl" / script), *args]
     proc = subprocess.run(cmd, check=False, cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout[-1000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(out.read_text())
+    return json.loads(out.read_text())["census"]
 
 
 def census_args(row) -> list[str]:
@@ -146,8 +151,8 @@ def test_the_census_counts_each_kind_of_synchronisation_at_its_line(tmp_path):
 
 def test_a_run_under_the_census_logs_what_it_logs_without_it(workdir):
     row = SCRIPTS["ppo.py"]
-    (workdir / "plain").mkdir()
-    run_script(row.name, *census_args(row), cwd=workdir / "plain")
+    (workdir / "plain").mkdir()  # the same GPU code path, without the census
+    run_script(row.name, *census_args(row), cwd=workdir / "plain", launcher=[sys.executable, str(STANDIN), "r.json"])
     (workdir / "census").mkdir()
     take_census(row.name, census_args(row), workdir / "census")
     plain, counted = read_scalars(single_run_dir(workdir / "plain")), read_scalars(single_run_dir(workdir / "census"))
