@@ -513,6 +513,25 @@ def state_of(obj):
     return obj.detach().cpu().clone() if isinstance(obj, torch.Tensor) else obj.state_dict()
 
 
+def state_mismatch(obj, state) -> Optional[str]:
+    """Why a module's saved state_dict does not fit `obj`, in one line: the entries whose shapes differ (the file's
+    against this network's), then those missing or unexpected; None where the names and shapes all fit (or `obj` is
+    no module)."""
+    if not isinstance(obj, torch.nn.Module) or not isinstance(state, dict):
+        return None
+    mine = obj.state_dict()
+
+    def listed(what: str, items: list) -> list:
+        more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+        return [f"{what} {'; '.join(items[:3])}{more}"] if items else []
+
+    shapes = [f"{k} {tuple(state[k].shape)} in the file, {tuple(v.shape)} here" for k, v in mine.items()
+              if k in state and hasattr(state[k], "shape") and tuple(state[k].shape) != tuple(v.shape)]
+    parts = (listed("shapes differ:", shapes) + listed("missing from the file:", [k for k in mine if k not in state])
+             + listed("not in this network:", [k for k in state if k not in mine]))
+    return ", ".join(parts) or None
+
+
 def load_state_of(obj, state) -> None:
     """Put a state_of entry back. A generator saved by the other kind (a replay memory sampled on the host by a run
     now resumed on a GPU, or the reverse) is seeded from the saved state instead: the run goes on, not exactly."""

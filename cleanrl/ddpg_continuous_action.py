@@ -64,14 +64,17 @@ class Args:
     (the 256-wide networks gain from a second core); a number for bit-identical reruns"""
 
 
+HIDDEN = 256  # the width of every hidden layer, the actor's and the critics'
+
+
 class QNetwork(nn.Module):
     """Q(s, a) with the action in the env's own units, as stored in the replay memory."""
 
     def __init__(self, obs_dim: int, action_dim: int):
         super().__init__()
-        self.fc1 = nn.Linear(obs_dim + action_dim, 256)
-        self.fc2 = nn.Linear(256, 256)
-        self.fc3 = nn.Linear(256, 1)
+        self.fc1 = nn.Linear(obs_dim + action_dim, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc3 = nn.Linear(HIDDEN, 1)
 
     def forward(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         x = torch.cat([x, a], 1)
@@ -87,9 +90,9 @@ class Actor(nn.Module):
     def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray):
         super().__init__()
         action_dim = len(action_low)
-        self.fc1 = nn.Linear(obs_dim, 256)
-        self.fc2 = nn.Linear(256, 256)
-        self.fc_mu = nn.Linear(256, action_dim)
+        self.fc1 = nn.Linear(obs_dim, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc_mu = nn.Linear(HIDDEN, action_dim)
         # Buffers, not attributes: they move with .to(device) and are saved in the state dict.
         low = torch.as_tensor(action_low, dtype=torch.float32)
         high = torch.as_tensor(action_high, dtype=torch.float32)

@@ -6,6 +6,7 @@ Beside it: flags.py (the run flags and flag ranges), checkpoints.py (runs on dis
 
 import atexit
 import contextlib
+import dataclasses
 import glob
 import io
 import math
@@ -29,10 +30,11 @@ from torch.utils.tensorboard import SummaryWriter
 from checkpoints import (
     PytreeState, claim_run_directory, env_state, find_resume_checkpoint, hold_run_directory, load_checkpoint,
     load_env_state, load_state_of, read_torch_file, rng_state, rng_state_problem, run_prefix, save_checkpoint,
-    set_rng_state, state_of,
+    set_rng_state, state_mismatch, state_of,
 )
 from flags import (
-    check_flag_ranges, check_flags_given_once, check_run_flags, check_saved_flags, resumed_args, script_name,
+    ALLOWED_ON_RESUME, check_flag_ranges, check_flags_given_once, check_run_flags, resumed_args, saved_args,
+    script_name,
 )
 from messages import describe_os_error, fail, first_line, protect_output, say, warn
 from speed import ThreadGuard, check_speed_args, pick_device
@@ -397,7 +399,8 @@ class Run:
                 try:
                     load_state_of(obj, checkpoint[key])
                 except (RuntimeError, ValueError, KeyError, TypeError) as e:
-                    fail(f"cannot restore {key!r} from {checkpoint['loaded_from']}: {first_line(e)}")
+                    why = state_mismatch(obj, checkpoint[key]) or first_line(e)
+                    fail(f"cannot restore {key!r} from {checkpoint['loaded_from']}: {why}")
         if (checkpoint is not None and checkpoint["envs"] is not None
                 and load_env_state(envs, checkpoint["envs"], checkpoint["loaded_from"])):
             obs = saved_observations(checkpoint, envs.observation_space)
@@ -588,10 +591,16 @@ def saved_model_path(path: str) -> str:
     return path
 
 
+# the flags an --eval-only run takes from its own command line (or their defaults), never from the checkpoint
+EVALUATION_OWN = {*ALLOWED_ON_RESUME, "eval_only", "capture_video", "eval_max_frames"}
+
+
 def eval_only(args, model_key: str, make_model: Callable[[dict], object], evaluate: Callable) -> NoReturn:
     """Evaluate the model --eval-only names with evaluate(model, args, name, device), print mean and std, exit 0.
-    A checkpoint brings its env id and holds the model under `model_key`; a .cleanrl_model (a state dict, or a dict
-    of them, `model_key` among them) runs on --env-id. make_model(saved) builds the network for args.env_id."""
+    A checkpoint brings its env id and its flags, which replace the ones the command line does not give (in `args`
+    itself, so a network that a flag shapes is rebuilt as it was trained); a .cleanrl_model (a state dict, or a dict
+    of them, `model_key` among them) runs on --env-id and the command line's flags. make_model(saved) builds the
+    network for args; one that does not fit the file fails in one line naming the entries and shapes that differ."""
     script, path = script_name(type(args)), saved_model_path(args.eval_only)
     if path.endswith(".cleanrl_model"):
         saved = read_torch_file(path, "model")
@@ -602,15 +611,21 @@ def eval_only(args, model_key: str, make_model: Callable[[dict], object], evalua
         saved = load_checkpoint(path, script)
         if not isinstance(saved["args"].get("env_id"), str):
             fail(f"{path} names no env id to evaluate on")
-        check_saved_flags(type(args), saved["args"], path)  # as typed: its env id imports no module, say
+        trained = saved_args(type(args), saved["args"], path)  # checked as typed: its env id imports no module, say
+        merged = tyro.cli(type(args), default=trained)  # the command line's flags on top of the saved ones
+        for field in dataclasses.fields(args):
+            if field.name not in EVALUATION_OWN:
+                setattr(args, field.name, getattr(merged, field.name))
         name, args.env_id = saved["run_name"], saved["args"]["env_id"]
     if args.eval_episodes < 1:
         fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
+    model = None
     try:
         model = make_model(saved)
         model.load_state_dict(saved[model_key])
     except (RuntimeError, TypeError, AttributeError, KeyError) as e:
-        fail(f"{path} does not hold a {script} model for {args.env_id}: {first_line(e)}")
+        fail(f"{path} does not hold a {script} model for {args.env_id}: "
+             f"{state_mismatch(model, saved.get(model_key)) or first_line(e)}")
     seed_everything(args.seed, args.torch_deterministic)
     device = pick_device(args)
     model = model.to(device) if isinstance(model, nn.Module) else model  # a JAX script's PytreeState stays as it is

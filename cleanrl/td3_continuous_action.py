@@ -69,6 +69,9 @@ class Args:
     (the 256-wide networks gain from a second core); a number for bit-identical reruns"""
 
 
+HIDDEN = 256  # the width of every hidden layer, the actor's and the critics'
+
+
 def stacked_linear(n: int, fan_in: int, fan_out: int) -> tuple[nn.Parameter, nn.Parameter]:
     """The weights (n, fan_in, fan_out) and biases (n, 1, fan_out) of n independent linear layers x @ w + b, each
     drawn as nn.Linear draws its own: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
@@ -89,9 +92,9 @@ class QNetworks(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, batched: bool = False):
         super().__init__()
         self.batched = batched
-        self.w1, self.b1 = stacked_linear(num_critics, obs_dim + action_dim, 256)
-        self.w2, self.b2 = stacked_linear(num_critics, 256, 256)
-        self.w3, self.b3 = stacked_linear(num_critics, 256, 1)
+        self.w1, self.b1 = stacked_linear(num_critics, obs_dim + action_dim, HIDDEN)
+        self.w2, self.b2 = stacked_linear(num_critics, HIDDEN, HIDDEN)
+        self.w3, self.b3 = stacked_linear(num_critics, HIDDEN, 1)
 
     def critic(self, x: torch.Tensor, i) -> torch.Tensor:
         """Critic i (an index: (batch,)) or critics i (a slice: (critics, batch)) on the joined input x."""
@@ -116,9 +119,9 @@ class Actor(nn.Module):
     def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray):
         super().__init__()
         action_dim = len(action_low)
-        self.fc1 = nn.Linear(obs_dim, 256)
-        self.fc2 = nn.Linear(256, 256)
-        self.fc_mu = nn.Linear(256, action_dim)
+        self.fc1 = nn.Linear(obs_dim, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc_mu = nn.Linear(HIDDEN, action_dim)
         # Buffers, not attributes: they move with .to(device) and are saved in the state dict.
         low = torch.as_tensor(action_low, dtype=torch.float32)
         high = torch.as_tensor(action_high, dtype=torch.float32)

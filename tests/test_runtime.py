@@ -593,3 +593,37 @@ def test_a_resumed_run_shows_the_returns_it_showed_when_stopped(workdir):
     # a checkpoint written before the entry existed resumes with an empty line, as before
     older = runtime.Run(Args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), a_checkpoint(), 10, 100, 0)
     assert older.progress.recent_return() == "-"
+
+
+def test_a_state_that_does_not_fit_names_the_entries_and_shapes():
+    wide, narrow = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2)), nn.Sequential(nn.Linear(4, 6), nn.Linear(6, 2))
+    why = checkpoints.state_mismatch(narrow, wide.state_dict())
+    assert why == ("shapes differ: 0.weight (8, 4) in the file, (6, 4) here; 0.bias (8,) in the file, (6,) here; "
+                   "1.weight (2, 8) in the file, (2, 6) here")
+    extra = dict(wide.state_dict(), scale=torch.ones(1))
+    del extra["1.bias"]
+    assert checkpoints.state_mismatch(wide, extra) == "missing from the file: 1.bias, not in this network: scale"
+    assert checkpoints.state_mismatch(wide, wide.state_dict()) is None
+
+
+def test_eval_only_of_a_checkpoint_builds_the_network_from_the_saved_flags(workdir, monkeypatch):
+    """A flag the command line does not give comes from the checkpoint (a network a flag shapes is rebuilt as it was
+    trained); one it gives wins; the evaluation's own flags (--eval-episodes, ...) never come from the file."""
+    from tests.helpers import run_script, single_run_dir
+    run_script("dqn.py", "--total-timesteps", "600", "--learning-starts", "500", "--batch-size", "16", "--seed", "7",
+               "--gamma", "0.9", "--eval-episodes", "3", "--no-progress", "--save-model", cwd=workdir)
+    path = str(single_run_dir(workdir) / "checkpoint.pt")
+    import dqn
+    seen = {}
+
+    def make(saved):
+        seen.update(seed=args.seed, gamma=args.gamma, episodes=args.eval_episodes)
+        return dqn.make_q_network(args.env_id)
+
+    monkeypatch.setattr(runtime, "evaluate_only", lambda evaluate, args: [1.0])
+    monkeypatch.setattr("sys.argv", ["dqn.py", "--eval-only", path, "--gamma", "0.5"])
+    args = dqn.Args(eval_only=path, gamma=0.5)
+    with pytest.raises(SystemExit) as stop:
+        runtime.eval_only(args, "q_network", make, lambda *a: [1.0])
+    assert stop.value.code == 0
+    assert seen == {"seed": 7, "gamma": 0.5, "episodes": dqn.Args().eval_episodes}
