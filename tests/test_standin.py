@@ -6,7 +6,7 @@ same path. The recorded run must log the plain run's losses within the row's com
 the outputs a caller kept, as on a GPU: a script that keeps one past the next replay logs something else), record
 every function the row names, and make no dynamo compilation and no host read while recording, nor a compilation
 when replaying (on a GPU the first fails the capture, the second replays a stale graph). The stand-in itself is
-checked by the recorder's old bug put back (--warm-up-on-arguments): dqn_atari's update recompiles at recording.
+checked by the recorder's old bug put back (--warm-up-on-arguments), on overlapping views as dqn_atari's update gets.
 --amp is checked on the same path against the plain run (finite, close, and moved). SAC's and TD3's steps make at
 most 10 torch calls outside their recorded functions (device work: each is a launch or a
 copy on a GPU), counted by tests/census.py on the same path.
@@ -24,7 +24,7 @@ import torch
 import speed
 from tests.helpers import (ROOT, assert_compile_parity, assert_losses_close, read_scalars, run_script,
                            single_run_dir, values)
-from tests.scripts import MULTIGPU_TINY, PARITY_PENDULUM_OFF, SCRIPTS, names, needs, script_params
+from tests.scripts import MULTIGPU_TINY, PARITY_PENDULUM_OFF, names, needs, script_params
 from tests.standin import StandIn
 
 STANDIN = ROOT / "tests" / "standin.py"
@@ -97,14 +97,32 @@ def test_multigpu_script_records_cleanly_in_one_process(workdir):
     assert_clean_recordings(recordings(workdir), ("policy_step", "grad_step", "optimizer_step"))
 
 
-@pytest.mark.heavy
-@needs("atari")
-def test_the_stand_in_catches_the_recorders_old_recompilation_at_recording(workdir):
-    row = SCRIPTS["dqn_atari.py"]
-    run_script(row.name, *row.compile.args, "--compile", "--cudagraphs", cwd=workdir,
-               launcher=standin("--warm-up-on-arguments"))
-    update = [r for r in recordings(workdir) if r["function"] == "update"]
-    assert update and update[0]["compiles_at_record"] > 0, update
+def test_the_stand_in_catches_the_recorders_old_recompilation_at_recording(monkeypatch):
+    """dqn_atari's update takes a sample's observations and next observations as overlapping views of one window of
+    frames. The recorder as it was (tests/standin.py's WarmUpOnArguments: warm-ups on those views, recording on
+    contiguous copies) makes a compiled function recompile at recording, which fails a CUDA capture; the stand-in
+    must see it (by the same run of dqn_atari.py: 2 compilations at recording, and host reads inside them), and the
+    recorder as it is must not."""
+    monkeypatch.setattr(speed, "GPU_PATH_ON_CPU", True)
+    standin_module = sys.modules[StandIn.__module__]
+    torch._dynamo.reset()
+    found = {}
+    for recorder in (standin_module.WarmUpOnArguments, StandIn):
+        monkeypatch.setattr(standin_module, "RECORDINGS", [])
+        torch._dynamo.callback_handler.register_start_callback(standin_module.COUNTS.compiled)
+
+        def td_error(obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+            return (next_obs.float().mean((1, 2, 3)) - obs.float().mean((1, 2, 3))).abs()
+
+        update = recorder(torch.compile(td_error))
+        for step in range(6):
+            window = torch.randint(0, 255, (8, 5, 12, 12), dtype=torch.uint8)
+            out = update(window[:, :-1], window[:, 1:])
+            assert torch.allclose(out, td_error(window[:, :-1], window[:, 1:])), (recorder.__name__, step)
+        found[recorder.__name__] = standin_module.RECORDINGS[0]["compiles_at_record"]
+        torch._dynamo.callback_handler.remove_start_callback(standin_module.COUNTS.compiled)
+        torch._dynamo.reset()
+    assert found["WarmUpOnArguments"] > 0 and found["StandIn"] == 0, found
 
 
 @pytest.mark.parametrize("script", ["sac_continuous_action.py", "td3_continuous_action.py"])
