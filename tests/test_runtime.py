@@ -432,7 +432,8 @@ def test_a_checkpoint_whose_entries_do_not_fit_fails_in_one_line(workdir):
 
     with pytest.raises(SystemExit, match=r"^error: x.pt has no 'agent' entry"):
         restore(a_checkpoint())
-    with pytest.raises(SystemExit, match=r"^error: cannot restore 'agent' from x.pt: Error\(s\) in loading"):
+    with pytest.raises(SystemExit, match=r"^error: cannot restore 'agent' from x.pt: shapes differ: weight \(3, 3\) in "
+                                         r"the file, \(2, 2\) here; bias \(3,\) in the file, \(2,\) here$"):
         restore(a_checkpoint(agent={"weight": torch.zeros(3, 3), "bias": torch.zeros(3)}))
     envs.close()
 
