@@ -358,6 +358,17 @@ class Census(TorchFunctionMode):
             return add_scalar(writer, tag, *args, **kwargs)
         return add
 
+    def install(self) -> None:
+        """Hook the counters into this process, before the script runs: the run's device (as runtime.start calls
+        speed.pick_device), env steps, optimizer steps, logging points, and tensors made from host memory."""
+        import runtime
+
+        runtime.pick_device = self.counting_pick_device(runtime.pick_device)
+        self.count_env_steps()
+        register_optimizer_step_post_hook(self.count_update)
+        SummaryWriter.add_scalar = self.counting_add_scalar(SummaryWriter.add_scalar)
+        torch.from_numpy, torch.frombuffer = self.made_on_host(torch.from_numpy), self.made_on_host(torch.frombuffer)
+
     def report(self) -> dict:
         sites = {}
         for key in sorted(self.sites, key=lambda k: (k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1] or 0))):
@@ -376,14 +387,8 @@ def run(out: str, script: str, args: list[str]) -> int:
     sys.path[0] = os.path.dirname(script)  # as `python script` has it: the scripts import runtime from there
     if CLEANRL.rstrip(os.sep) not in sys.path:
         sys.path.insert(1, CLEANRL.rstrip(os.sep))  # a script elsewhere (the census's own test)
-    import runtime
-
     census = Census(script)
-    runtime.pick_device = census.counting_pick_device(runtime.pick_device)  # as runtime.start calls it
-    census.count_env_steps()
-    register_optimizer_step_post_hook(census.count_update)
-    SummaryWriter.add_scalar = census.counting_add_scalar(SummaryWriter.add_scalar)
-    torch.from_numpy, torch.frombuffer = census.made_on_host(torch.from_numpy), census.made_on_host(torch.frombuffer)
+    census.install()
     code = 0
     try:
         with census:

@@ -231,20 +231,13 @@ def run(out: str, script: str, args: list[str], with_census: bool = False, recor
     script = os.path.abspath(script)
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(script)
-    import runtime
-
     speed.GPU_PATH_ON_CPU = True
     speed.CudaGraph = recorder
     torch._dynamo.callback_handler.register_start_callback(COUNTS.compiled)
     census = None
     if with_census:
         census = StandIn.census = LaunchCensus(script)
-        runtime.pick_device = census.counting_pick_device(runtime.pick_device)
-        census.count_env_steps()
-        census_module.register_optimizer_step_post_hook(census.count_update)
-        from torch.utils.tensorboard import SummaryWriter
-        SummaryWriter.add_scalar = census.counting_add_scalar(SummaryWriter.add_scalar)
-        torch.from_numpy = census.made_on_host(torch.from_numpy)
+        census.install()
     code = 0
     try:
         if census is None:
