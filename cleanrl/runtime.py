@@ -616,6 +616,7 @@ def eval_only(args, model_key: str, make_model: Callable[[dict], object], evalua
         for field in dataclasses.fields(args):
             if field.name not in EVALUATION_OWN:
                 setattr(args, field.name, getattr(merged, field.name))
+        check_run_flags(args)  # as resumed_args checks its merged flags
         name, args.env_id = saved["run_name"], saved["args"]["env_id"]
     if args.eval_episodes < 1:
         fail(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
