@@ -394,8 +394,8 @@ if __name__ == "__main__":
     # tensor updated in place, so a compiled update reads the annealed value instead of recompiling for every new
     # float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA graphs need. fused: one
     # kernel updates every parameter (faster on CPU than torch's per-tensor loop).
-    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), capturable=speed.gpu_path(device),
-                           fused=True)
+    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device),
+                           capturable=speed.gpu_path(device), fused=True)
 
     # storage: (num_steps, num_envs, ...); observations stay uint8 until they enter a network
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
