@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 import torch
 
+from tests import prestart
 from tests.graph_breaks import assert_only_unavoidable_breaks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +35,7 @@ def run_script(script: str, *args: str, cwd: Path, timeout: float = 600, check: 
     """Run `python cleanrl/<script>` (or `launcher + [path]`) in `cwd`; the run writes runs/ and videos/ there."""
     path = str(ROOT / "cleanrl" / script)
     cmd = (launcher or [sys.executable]) + [path, *args]
-    proc = subprocess.run(cmd, cwd=cwd, env=env or script_env(), capture_output=True, text=True, timeout=timeout)
+    proc = prestart.run(cmd, cwd=cwd, env=env or script_env(), timeout=timeout)
     if check and proc.returncode != 0:
         # without torch's own log lines (TORCH_LOGS), which a compiled run prints after its error, at exit
         stderr = "\n".join(line for line in proc.stderr.splitlines() if not TORCH_LOG_LINE.match(line))
@@ -240,8 +241,8 @@ def assert_compile_parity(script: str, args, cwd: Path, compiled: list[str], rto
 def start(script: str, *args: str, cwd: Path, launcher=None, merge_stderr: bool = False) -> subprocess.Popen:
     """Start `python cleanrl/<script>` (or `launcher + [path]`) in `cwd` with stdout (and stderr) piped."""
     cmd = (launcher or [sys.executable]) + [str(ROOT / "cleanrl" / script), *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=script_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True)
+    return prestart.popen(cmd, cwd=cwd, env=script_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE)
 
 
 def wait_until(condition: Callable[[], bool], proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
