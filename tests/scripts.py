@@ -16,6 +16,9 @@ default leaves the script out of that table):
   tests/test_progress.py   every row; family_sample for the checks one script per family covers
   tests/test_learning.py   learning (slow)
 
+A script copied from another (double_dqn.py from dqn.py) gets its row as `DQN.copy("double_dqn.py", ...)`, naming
+only the fields that differ (c51.py's row is one).
+
 `script_params(...)` turns rows into pytest parameters that skip (or, under CLEANRL_REQUIRE_ALL=1, fail) when the
 extra is missing; `names(...)` picks the rows a table is over.
 """
@@ -23,7 +26,7 @@ extra is missing; `names(...)` picks the rows a table is over.
 import importlib.util
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 import pytest
@@ -210,6 +213,11 @@ class Script:
     bad_input: tuple = ()  # BadInput cases
     no_update_args: Optional[tuple] = None  # a budget that ends before --learning-starts (replay-memory scripts)
     learning: Optional[Learning] = None
+
+    def copy(self, name: str, **differs) -> "Script":
+        """The row of a script copied from this one (double_dqn.py from dqn.py): this row's budgets, cases and
+        measurements, but for the fields given; a copy is not its family's sample."""
+        return replace(self, name=name, family_sample=False, **differs)
 
     def __post_init__(self):
         assert self.family in FAMILIES, f"{self.name}: family {self.family!r} is not one of {FAMILIES}"
@@ -434,6 +442,81 @@ OFF_POLICY_LEARNING = Learning((*LEARNING_PENDULUM_OFF, "--save-model"), 3600, l
                                evaluated=-250)
 
 # ---------------------------------------------------------------------------------------------------------------
+# The rows that others are copies of (Script.copy)
+DQN = Script(
+    "dqn.py", CLASSIC_VALUE, ("losses/td_loss", "losses/q_values"), tuple(range(600, 2001, 100)),
+    family="value", action_copy=GREEDY_COPY, other=VALUE_OTHER, logged={"charts/target_updates": (1, 2, 3)},
+    family_sample=True,
+    resume=Resume(LIFE_CARTPOLE_VALUE + SAVE + BUFFER, 10, 2000, 2000, tuple(range(600, 2001, 100)),
+                  uninterrupted=True, again=True, updates=cartpole_updates),
+    stop=Stop(("--total-timesteps", "200000", "--learning-starts", "500", "--batch-size", "32", "--save-model",
+               "--checkpoint-frequency", "10", "--no-progress"), 1, False),
+    # the evaluation's epsilon-greedy Generator and envs are seeded
+    evaluation=Eval(3, "CartPole-v1"),
+    # the first layer's weight
+    non_finite=NonFinite("stopped", first_moment("optimizer", 0), dqn_expected),
+    bad_lifecycle=(
+        BadLifecycle(("--eval-only", "hello.txt"), "error: cannot read checkpoint hello.txt: KeyError"),
+        BadLifecycle(("--resume", "dqn.pt", "--seed", "2", "--learning-rate", "0.1"),
+                     "error: cannot change --learning-rate (the checkpoint has 0.00025), --seed (the checkpoint "
+                     "has 1) when resuming", exact=True),
+        BadLifecycle(("--save-buffer",), SAVE_BUFFER_ERROR, one_line=False),
+    ),
+    # 500 steps, learning from step 201: 30 gradient steps of batch 128, losses logged at 300, 400, 500, a target
+    # copy at 500; CartPole episodes end every ~20 steps, so both runs must also act alike. Measured: compiled and
+    # plain losses agree to about 1e-6 relative (float rounding of fused kernels); the tolerance leaves room.
+    compile=Parity(PARITY_CARTPOLE_VALUE, ROLLOUT_COMPILED, rtol=1e-4, atol=1e-5, loss_steps=(300, 400, 500)),
+    bad_input=(
+        BadInput(("--env-id", "NoSuchEnv-v0"), "NoSuchEnv-v0"),
+        BadInput(("--env-id", "Pendulum-v1"), "Discrete"),
+        BadInput(("--num-envs", "3"), "num-envs"),
+        BadInput(("--tau", "0"), "tau"),
+        NO_CUDAGRAPHS,
+        BadInput(("--start-e", "5", "--end-e", "-2"), "--start-e must be in [0, 1], got 5.0"),
+        BadInput(("--buffer-size", "100000000000"), HUGE_MEMORY),
+        BadInput(("--num-envs", "2", "--buffer-size", "1"),
+                 "--buffer-size 1 is smaller than one step of --num-envs 2"),
+        BadInput(("--seed", "1", "--seed", "2"), "--seed is given twice; give each flag once"),
+    ),
+    # budgets that end before --learning-starts: a smoke run of the loop without an update
+    no_update_args=("--total-timesteps", "200", "--learning-starts", "500"),
+    # The defaults (500k steps, about 3 minutes). Seed 1, mean of the last 20 episodes: 479.4 with torch's
+    # per-tensor Adam, 489.7 with the fused one; seeds 2 and 3 (per-tensor) 500.0 each. A shorter budget was too
+    # fragile for one seed: at 120k steps (epsilon over 30k, a gradient step every 4) seeds 1-4 ended at 429, 393,
+    # 499, 500 with the per-tensor Adam and 236, 409, 467, 500 with the fused one, where only the rounding differs.
+    learning=Learning(("--total-timesteps", "500000"), 1800, last=20, at_least=450),
+)
+
+
+DQN_ATARI = Script(
+    "dqn_atari.py", ATARI_VALUE, ("losses/td_loss", "losses/q_values"), (200, 300, 400), family="value",
+    action_copy=GREEDY_COPY, episodes=False, needs="atari", eval_args=ATARI_EVAL, other=ATARI_VALUE_OTHER,
+    logged={"charts/target_updates": (1, 2, 3)}, saves_envs=False,
+    resume=Resume(LIFE_ATARI_VALUE + SAVE + BUFFER, 25, 400, 400, (200, 300, 400), updates=atari_updates),
+    evaluation=Eval(1, "BreakoutNoFrameskip-v4", flags=("--eval-max-frames", "2000")),
+    bad_lifecycle=(BadLifecycle(("--save-buffer",), SAVE_BUFFER_ERROR, one_line=False),),
+    # The Atari budget (the row's args) on the default backend: 75 gradient steps, losses logged at 200, 300,
+    # 400. No game ends in 400 steps of Breakout, so only the losses are compared. Measured: compiled and plain
+    # agree to about 1e-5 relative (td_loss, values ~1e-5..1e-3) and 1e-6 (q_values). --amp (bf16 forward
+    # passes) is compared at the first update only: bf16 rounding depends on the CPU and grows with the updates.
+    # Measured on a CPU with AVX-512: q_values within 8% at every update; on an AVX2-only CPU, where torch
+    # emulates bf16: 0.6% at the first update (td_loss 3.7%, 8e-7 absolute), 11% at the second, 43% at the third.
+    compile=Parity(ATARI_VALUE, ROLLOUT_COMPILED, rtol=1e-3, atol=1e-6, loss_steps=(200, 300, 400),
+                   episodes_rtol=None,
+                   amp=Amp(("losses/td_loss", "losses/q_values"), rtol=0.1, atol=1e-6, moved="losses/q_values",
+                           first_update_only=True)),
+    bad_input=(
+        BadInput(("--env-id", "CartPole-v1"), "not an Atari game"),
+        BadInput(("--env-backend", "envpool"), "env-backend"),
+        BadInput(("--batch-size", "0"), "batch-size"),
+        NO_CUDAGRAPHS,
+        BadInput(("--buffer-size", "100000000000"), HUGE_MEMORY),
+    ),
+    no_update_args=("--total-timesteps", "64", "--learning-starts", "100", "--buffer-size", "1000"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 SCRIPTS = {s.name: s for s in [
     # 4 envs x 32 steps = 128 steps an iteration, 2 iterations
     # (SPS counts from the end of the first iteration, the warm-up; the learning rate anneals linearly: 1, 1/2)
@@ -650,67 +733,20 @@ SCRIPTS = {s.name: s for s in [
                      "--num-steps 100000000 x 8 envs a rank asks for a rollout storage of", world="1"),
         ),
     ),
-    Script(
-        "dqn.py", CLASSIC_VALUE, ("losses/td_loss", "losses/q_values"), tuple(range(600, 2001, 100)),
-        family="value", action_copy=GREEDY_COPY, other=VALUE_OTHER, logged={"charts/target_updates": (1, 2, 3)},
-        family_sample=True,
-        resume=Resume(LIFE_CARTPOLE_VALUE + SAVE + BUFFER, 10, 2000, 2000, tuple(range(600, 2001, 100)),
-                      uninterrupted=True, again=True, updates=cartpole_updates),
-        stop=Stop(("--total-timesteps", "200000", "--learning-starts", "500", "--batch-size", "32", "--save-model",
-                   "--checkpoint-frequency", "10", "--no-progress"), 1, False),
-        # the evaluation's epsilon-greedy Generator and envs are seeded
-        evaluation=Eval(3, "CartPole-v1"),
-        # the first layer's weight
-        non_finite=NonFinite("stopped", first_moment("optimizer", 0), dqn_expected),
-        bad_lifecycle=(
-            BadLifecycle(("--eval-only", "hello.txt"), "error: cannot read checkpoint hello.txt: KeyError"),
-            BadLifecycle(("--resume", "dqn.pt", "--seed", "2", "--learning-rate", "0.1"),
-                         "error: cannot change --learning-rate (the checkpoint has 0.00025), --seed (the checkpoint "
-                         "has 1) when resuming", exact=True),
-            BadLifecycle(("--save-buffer",), SAVE_BUFFER_ERROR, one_line=False),
-        ),
-        # 500 steps, learning from step 201: 30 gradient steps of batch 128, losses logged at 300, 400, 500, a target
-        # copy at 500; CartPole episodes end every ~20 steps, so both runs must also act alike. Measured: compiled and
-        # plain losses agree to about 1e-6 relative (float rounding of fused kernels); the tolerance leaves room.
-        compile=Parity(PARITY_CARTPOLE_VALUE, ROLLOUT_COMPILED, rtol=1e-4, atol=1e-5, loss_steps=(300, 400, 500)),
-        bad_input=(
-            BadInput(("--env-id", "NoSuchEnv-v0"), "NoSuchEnv-v0"),
-            BadInput(("--env-id", "Pendulum-v1"), "Discrete"),
-            BadInput(("--num-envs", "3"), "num-envs"),
-            BadInput(("--tau", "0"), "tau"),
-            NO_CUDAGRAPHS,
-            BadInput(("--start-e", "5", "--end-e", "-2"), "--start-e must be in [0, 1], got 5.0"),
-            BadInput(("--buffer-size", "100000000000"), HUGE_MEMORY),
-            BadInput(("--num-envs", "2", "--buffer-size", "1"),
-                     "--buffer-size 1 is smaller than one step of --num-envs 2"),
-            BadInput(("--seed", "1", "--seed", "2"), "--seed is given twice; give each flag once"),
-        ),
-        # budgets that end before --learning-starts: a smoke run of the loop without an update
-        no_update_args=("--total-timesteps", "200", "--learning-starts", "500"),
-        # The defaults (500k steps, about 3 minutes). Seed 1, mean of the last 20 episodes: 479.4 with torch's
-        # per-tensor Adam, 489.7 with the fused one; seeds 2 and 3 (per-tensor) 500.0 each. A shorter budget was too
-        # fragile for one seed: at 120k steps (epsilon over 30k, a gradient step every 4) seeds 1-4 ended at 429, 393,
-        # 499, 500 with the per-tensor Adam and 236, 409, 467, 500 with the fused one, where only the rounding differs.
-        learning=Learning(("--total-timesteps", "500000"), 1800, last=20, at_least=450),
-    ),
-    Script(
-        "c51.py", CLASSIC_VALUE, ("losses/loss", "losses/q_values"), tuple(range(600, 2001, 100)), family="value",
-        action_copy=GREEDY_COPY, other=VALUE_OTHER, logged={"charts/target_updates": (1, 2, 3)},
-        resume=Resume(LIFE_CARTPOLE_VALUE + SAVE + BUFFER, 10, 2000, 2000, tuple(range(600, 2001, 100)),
-                      uninterrupted=True, again=True, updates=cartpole_updates),
+    DQN,
+    # C51 is DQN's loop with a distributional head: its row is dqn.py's, but for what differs
+    DQN.copy(
+        "c51.py", losses=("losses/loss", "losses/q_values"), stop=None, evaluation=None, non_finite=None,
         bad_lifecycle=(
             BadLifecycle(("--eval-only", "dqn_run"),
                          "error: dqn_run/checkpoint.pt is not a checkpoint of c51.py (it was written by dqn.py)"),
         ),
-        # (the same budget and measurement as dqn.py)
-        compile=Parity(PARITY_CARTPOLE_VALUE, ROLLOUT_COMPILED, rtol=1e-4, atol=1e-5, loss_steps=(300, 400, 500)),
         bad_input=(
             BadInput(("--env-id", "Pendulum-v1"), "Discrete"),
             BadInput(("--v-min", "10", "--v-max", "-10"), "v-min"),
             BadInput(("--n-atoms", "1"), "n-atoms"),
             NO_CUDAGRAPHS,
         ),
-        no_update_args=("--total-timesteps", "200", "--learning-starts", "500"),
         # 150k steps, epsilon 1 -> 0.05 over the first 30k, learning from step 5001 with a gradient step every 4
         # steps, a 50k-transition memory and learning rate 1e-3 (the other flags are the defaults). Seed 1 on this
         # machine: mean 500.0 over the last 20 episodes (learning rate 2.5e-4 gave 444.8; 120k steps with a 10k
@@ -719,47 +755,16 @@ SCRIPTS = {s.name: s for s in [
                            "5000", "--train-frequency", "4", "--buffer-size", "50000", "--learning-rate", "1e-3"),
                           1800, last=20, at_least=400),
     ),
-    Script(
-        "dqn_atari.py", ATARI_VALUE, ("losses/td_loss", "losses/q_values"), (200, 300, 400), family="value",
-        action_copy=GREEDY_COPY, episodes=False, needs="atari", eval_args=ATARI_EVAL, other=ATARI_VALUE_OTHER,
-        logged={"charts/target_updates": (1, 2, 3)}, saves_envs=False,
-        resume=Resume(LIFE_ATARI_VALUE + SAVE + BUFFER, 25, 400, 400, (200, 300, 400), updates=atari_updates),
-        evaluation=Eval(1, "BreakoutNoFrameskip-v4", flags=("--eval-max-frames", "2000")),
-        bad_lifecycle=(BadLifecycle(("--save-buffer",), SAVE_BUFFER_ERROR, one_line=False),),
-        # The Atari budget (the row's args) on the default backend: 75 gradient steps, losses logged at 200, 300,
-        # 400. No game ends in 400 steps of Breakout, so only the losses are compared. Measured: compiled and plain
-        # agree to about 1e-5 relative (td_loss, values ~1e-5..1e-3) and 1e-6 (q_values). --amp (bf16 forward
-        # passes) is compared at the first update only: bf16 rounding depends on the CPU and grows with the updates.
-        # Measured on a CPU with AVX-512: q_values within 8% at every update; on an AVX2-only CPU, where torch
-        # emulates bf16: 0.6% at the first update (td_loss 3.7%, 8e-7 absolute), 11% at the second, 43% at the third.
-        compile=Parity(ATARI_VALUE, ROLLOUT_COMPILED, rtol=1e-3, atol=1e-6, loss_steps=(200, 300, 400),
-                       episodes_rtol=None,
-                       amp=Amp(("losses/td_loss", "losses/q_values"), rtol=0.1, atol=1e-6, moved="losses/q_values",
-                               first_update_only=True)),
-        bad_input=(
-            BadInput(("--env-id", "CartPole-v1"), "not an Atari game"),
-            BadInput(("--env-backend", "envpool"), "env-backend"),
-            BadInput(("--batch-size", "0"), "batch-size"),
-            NO_CUDAGRAPHS,
-            BadInput(("--buffer-size", "100000000000"), HUGE_MEMORY),
-        ),
-        no_update_args=("--total-timesteps", "64", "--learning-starts", "100", "--buffer-size", "1000"),
-    ),
-    Script(
-        "c51_atari.py", ATARI_VALUE, ("losses/loss", "losses/q_values"), (200, 300, 400), family="value",
-        action_copy=GREEDY_COPY, episodes=False, needs="atari", eval_args=ATARI_EVAL, other=ATARI_VALUE_OTHER,
-        logged={"charts/target_updates": (1, 2, 3)}, saves_envs=False,
-        resume=Resume(LIFE_ATARI_VALUE + SAVE + BUFFER, 25, 400, 400, (200, 300, 400), updates=atari_updates),
+    DQN_ATARI,
+    # The Atari budget: measured, compiled and plain agree to about 1e-7 relative (loss) and 1e-6 (q_values).
+    # --amp (bf16 forward passes), at the first update only, as for dqn_atari: the loss moved by 4e-4 relative and
+    # q_values by up to 8% (0.002 absolute) over the three updates with AVX-512; on an AVX2-only CPU 6e-5 and 1.3%
+    # at the first update, 8% at the second.
+    DQN_ATARI.copy(
+        "c51_atari.py", losses=("losses/loss", "losses/q_values"), evaluation=None,
         bad_lifecycle=(BadLifecycle(("--resume", "runs/nowhere"), "error: no checkpoint at runs/nowhere",
                                     one_line=False),),
-        # The Atari budget: measured, compiled and plain agree to about 1e-7 relative (loss) and 1e-6 (q_values).
-        # --amp (bf16 forward passes), at the first update only, as for dqn_atari: the loss moved by 4e-4 relative
-        # and q_values by up to 8% (0.002 absolute) over the three updates with AVX-512; on an AVX2-only CPU 6e-5
-        # and 1.3% at the first update, 8% at the second.
-        compile=Parity(ATARI_VALUE, ROLLOUT_COMPILED, rtol=1e-3, atol=1e-6, loss_steps=(200, 300, 400),
-                       episodes_rtol=None,
-                       amp=Amp(("losses/loss", "losses/q_values"), rtol=0.1, atol=1e-6, moved="losses/q_values",
-                               first_update_only=True)),
+        compile=replace(DQN_ATARI.compile, amp=replace(DQN_ATARI.compile.amp, keys=("losses/loss", "losses/q_values"))),
         bad_input=(
             BadInput(("--env-id", "CartPole-v1"), "not an Atari game"),
             BadInput(("--env-backend", "envpool"), "env-backend"),
@@ -767,7 +772,6 @@ SCRIPTS = {s.name: s for s in [
             BadInput(("--v-min", "1", "--v-max", "1"), "v-min"),
             NO_CUDAGRAPHS,
         ),
-        no_update_args=("--total-timesteps", "64", "--learning-starts", "100", "--buffer-size", "1000"),
     ),
     Script(
         "ddpg_continuous_action.py", PENDULUM_OFF, ("losses/qf1_loss", "losses/qf1_values", "losses/actor_loss"),
