@@ -297,8 +297,9 @@ def test_two_processes_resuming_one_run_one_gets_the_lock_the_other_an_error(wor
     first = start("ppo.py", *LONG, *SAVE, "--checkpoint-frequency", "1", "--resume", "auto", cwd=workdir)
     wait_for_checkpoint(first, workdir)
     run_dir = single_run_dir(workdir)
+    # refused at once; a second process that took the run would train into the timeout (60 s, not 600)
     second = run_script("ppo.py", *LONG, *SAVE, "--checkpoint-frequency", "1", "--resume", "auto", cwd=workdir,
-                        check=False)
+                        check=False, timeout=60)
     assert_one_error(second, f"runs/{run_dir.name} is in use by another process (pid {first.pid}): a run directory "
                              "takes one process at a time")
     assert second.returncode == 1 and second.stdout == ""
