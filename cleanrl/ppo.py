@@ -118,15 +118,6 @@ class Agent(nn.Module):
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(x)
 
-    def act(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The rollout's (action, log pi(action | x), V(x)): what get_action_and_value computes, by the same ops in
-        the same order (bit-identical), without building the distribution or the entropy the rollout never uses
-        (1.2x faster runs on CartPole)."""
-        logits = self.actor(x)
-        logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # log pi(.|x), as Categorical normalizes
-        action = torch.multinomial(logits.softmax(dim=-1), 1, True).squeeze(-1)
-        return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1), self.critic(x)
-
     def act_greedy(self, x: torch.Tensor) -> torch.Tensor:
         return self.actor(x).argmax(dim=-1)
 
@@ -258,7 +249,8 @@ if __name__ == "__main__":
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with torch.no_grad():
-            return agent.act(obs)
+            action, logprob, _, value = agent.get_action_and_value(obs)
+            return action, logprob, value
 
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
         """One gradient step on one minibatch; returns the losses and diagnostics, detached."""

@@ -16,7 +16,6 @@ Run:
 MuJoCo environments need the `mujoco` extra (pip install "cleanrl[mujoco]").
 """
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -102,9 +101,6 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
     return layer
 
 
-LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))  # the Normal log-density's constant, as torch computes it
-
-
 class Agent(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int):
         super().__init__()
@@ -135,21 +131,11 @@ class Agent(nn.Module):
         # the once-per-update non-finite check can name the step and the quantity (and it costs time).
         probs = Normal(action_mean, action_std, validate_args=False)
         if action is None:
-            action = probs.sample()
+            # the draw probs.sample() makes (torch.normal: standard normal draws, times std, plus the mean), without
+            # its check that std >= 0, a host sync that a CUDA graph (--cudagraphs) cannot capture
+            action = torch.randn_like(action_mean) * action_std + action_mean
         # independent dimensions: the log-probability and entropy of the action are sums over them
         return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
-
-    def act(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The rollout's (action, log pi(action | x), V(x)): what get_action_and_value computes, by the same ops in
-        the same order as torch's Normal (bit-identical), without building the distribution or the entropy the
-        rollout never uses."""
-        action_mean = self.actor_mean(x)
-        action_std = self.actor_logstd.expand_as(action_mean).exp()
-        # torch.normal(action_mean, action_std) computes exactly this (standard normal draws, times std, plus the
-        # mean), but first checks std >= 0 with a host sync, which a CUDA graph (--cudagraphs) cannot capture
-        action = torch.randn_like(action_mean) * action_std + action_mean
-        log_prob = -((action - action_mean) ** 2) / (2 * action_std**2) - action_std.log() - LOG_SQRT_2PI
-        return action, log_prob.sum(1), self.critic(x)
 
     def act_deterministic(self, x: torch.Tensor) -> torch.Tensor:
         return self.actor_mean(x)
@@ -339,7 +325,8 @@ if __name__ == "__main__":
 
     def policy_step(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with torch.no_grad():
-            return agent.act(obs)
+            action, logprob, _, value = agent.get_action_and_value(obs)
+            return action, logprob, value
 
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values) -> tuple[torch.Tensor, ...]:
         """One gradient step on one minibatch; returns the losses and diagnostics, detached."""

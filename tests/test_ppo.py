@@ -93,17 +93,24 @@ def test_ppo_loss_normalizes_advantages_and_can_leave_the_value_loss_unclipped()
     assert v_loss.item() == pytest.approx(0.5 * (1.0 + 0.0) / 2)
 
 
-def test_the_rollouts_act_samples_and_scores_as_the_distribution_does_bit_for_bit():
-    from cleanrl.ppo import Agent
+def test_the_continuous_rollout_draws_what_the_normal_distribution_draws_bit_for_bit():
+    """ppo_continuous_action.py samples without Normal.sample (whose std >= 0 check is a host sync a CUDA graph
+    cannot capture): the same seed must give the same actions, and their log-probabilities and entropy are the
+    distribution's."""
+    from torch.distributions import Normal
 
-    agent, obs = Agent(4, 3), torch.randn(64, 4)
+    from cleanrl.ppo_continuous_action import Agent
+
+    agent, obs = Agent(3, 2), torch.randn(64, 3)
     with torch.no_grad():
+        agent.actor_logstd.fill_(-0.5)
         torch.manual_seed(5)
-        action, logprob, _, value = agent.get_action_and_value(obs)
+        action, logprob, entropy, _ = agent.get_action_and_value(obs)
         torch.manual_seed(5)
-        lean = agent.act(obs)
-    for a, b in zip((action, logprob, value), lean):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        probs = Normal(agent.actor_mean(obs), agent.actor_logstd.exp().expand(64, 2))
+        drawn = probs.sample()
+    assert torch.equal(action, drawn)
+    assert torch.equal(logprob, probs.log_prob(drawn).sum(1)) and torch.equal(entropy, probs.entropy().sum(1))
 
 
 def test_the_evaluation_acts_greedily_and_draws_no_random_number(monkeypatch):
