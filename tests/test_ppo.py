@@ -93,24 +93,33 @@ def test_ppo_loss_normalizes_advantages_and_can_leave_the_value_loss_unclipped()
     assert v_loss.item() == pytest.approx(0.5 * (1.0 + 0.0) / 2)
 
 
-def test_the_continuous_rollout_draws_what_the_normal_distribution_draws_bit_for_bit():
-    """ppo_continuous_action.py samples without Normal.sample (whose std >= 0 check is a host sync a CUDA graph
-    cannot capture): the same seed must give the same actions, and their log-probabilities and entropy are the
-    distribution's."""
-    from torch.distributions import Normal
+def test_the_policies_sample_and_score_as_torchs_distributions_do_bit_for_bit():
+    """ppo.py and ppo_continuous_action.py write their policy's math out instead of building a Categorical or a
+    Normal at every step (and sample without Normal.sample's host sync): the same seed must draw the same actions,
+    and the log-probabilities and entropies must be the distributions', bit for bit."""
+    from torch.distributions import Categorical, Normal
 
-    from cleanrl.ppo_continuous_action import Agent
+    from cleanrl import ppo, ppo_continuous_action
 
-    agent, obs = Agent(3, 2), torch.randn(64, 3)
+    obs = torch.randn(64, 3)
+    discrete, continuous = ppo.Agent(3, 4), ppo_continuous_action.Agent(3, 2)
     with torch.no_grad():
-        agent.actor_logstd.fill_(-0.5)
-        torch.manual_seed(5)
-        action, logprob, entropy, _ = agent.get_action_and_value(obs)
-        torch.manual_seed(5)
-        probs = Normal(agent.actor_mean(obs), agent.actor_logstd.exp().expand(64, 2))
-        drawn = probs.sample()
-    assert torch.equal(action, drawn)
-    assert torch.equal(logprob, probs.log_prob(drawn).sum(1)) and torch.equal(entropy, probs.entropy().sum(1))
+        continuous.actor_logstd.fill_(-0.5)
+        discrete.actor[-1].weight.mul_(300)  # logits of a few units, not the initial near-uniform ones
+        for agent, distribution in ((discrete, lambda: Categorical(logits=discrete.actor(obs))),
+                                    (continuous, lambda: Normal(continuous.actor_mean(obs),
+                                                                continuous.actor_logstd.exp().expand(64, 2)))):
+            torch.manual_seed(5)
+            action, logprob, entropy, value = agent.get_action_and_value(obs)
+            torch.manual_seed(5)
+            probs = distribution()
+            drawn = probs.sample()
+            assert torch.equal(action, drawn)
+            total = (lambda t: t.sum(1)) if agent is continuous else (lambda t: t)
+            assert torch.equal(logprob, total(probs.log_prob(drawn))) and torch.equal(entropy, total(probs.entropy()))
+            assert torch.equal(value, agent.critic(obs))
+            _, given_logprob, _, _ = agent.get_action_and_value(obs, drawn.flip(0))
+            assert torch.equal(given_logprob, total(probs.log_prob(drawn.flip(0))))
 
 
 def test_the_evaluation_acts_greedily_and_draws_no_random_number(monkeypatch):
