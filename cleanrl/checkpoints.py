@@ -152,6 +152,14 @@ def records_digest(archive: zipfile.ZipFile) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def parameter_checksum(module: torch.nn.Module) -> str:
+    """SHA-256 of the exact bytes of a module's parameters: equal checksums mean bit-identical replicas."""
+    digest = hashlib.sha256()
+    for p in module.parameters():
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
 def add_checksum(path: str) -> None:
     with zipfile.ZipFile(path, "a") as archive:
         folder = archive.namelist()[0].split("/")[0]

@@ -364,8 +364,7 @@ if __name__ == "__main__":
     batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
     num_iterations = num_phases * args.n_iteration
     # the storage below: the rollout (per step of each env a uint8 3x64x64 observation, an int64 action, 4 float32, a
-    # bool, 2 float32 and a bool staged on the host, an int64 minibatch index) and, in host memory, the auxiliary
-    # buffer (every Procgen game has 15 actions)
+    # bool, 2 float32 and a bool staged on the host, an int64 minibatch index) and the host's auxiliary buffer
     speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
                          batch_size * (3 * 64 * 64 + 8 + 16 + 1 + 9 + 8), "a rollout storage", cuda=args.cuda)
     speed.check_memory(f"--n-iteration {args.n_iteration} x --num-envs {args.num_envs} x --num-steps "

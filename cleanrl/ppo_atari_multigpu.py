@@ -19,7 +19,6 @@ Run:
     python cleanrl/ppo_atari_multigpu.py --help
 """
 
-import hashlib
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -271,14 +270,6 @@ def gather_episodes(episodes: list[tuple[int, float, int]], world_size: int) -> 
                   key=lambda e: e[0])
 
 
-def parameter_checksum(module: nn.Module) -> str:
-    """SHA-256 of the exact bytes of all parameters: equal checksums mean bit-identical replicas."""
-    h = hashlib.sha256()
-    for p in module.parameters():
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Tensor, mb_logprobs: torch.Tensor,
              mb_advantages: torch.Tensor, mb_returns: torch.Tensor, mb_values: torch.Tensor, args: Args):
     """The PPO objective on one rank's local minibatch (all inputs (minibatch,)), whose advantages are already
@@ -384,9 +375,8 @@ if __name__ == "__main__":
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs * args.num_steps, rank, local_rank)
     device, writer = run.device, run.writer
 
-    # Distinct seeds per rank: rank r's python/numpy/torch streams (action sampling, minibatch order) start
-    # from seed + r, and its envs get seeds seed + r * envs_per_rank + i, so over all ranks the envs are
-    # seeded seed, ..., seed + num_envs - 1, as if one process stepped all num_envs of them.
+    # Distinct seeds per rank: rank r's python/numpy/torch streams (action sampling, minibatch order) start from
+    # seed + r, its envs' seeds from seed + r * envs_per_rank: all ranks' envs get seed ... seed + num_envs - 1.
     runtime.seed_everything(args.seed + rank, args.torch_deterministic)
     env_seed = args.seed + rank * envs_per_rank
     messages.say(f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
@@ -608,6 +598,7 @@ if __name__ == "__main__":
                **per_rank_states(envs, world_size, args.save_model))
     # one line per rank, all printed by rank 0 (one writer, so no line breaks into another rank's progress line):
     # equal checksums on all ranks mean the replicas never drifted apart
-    for r, (games, checksum) in enumerate(gather_per_rank((rank_games, parameter_checksum(agent)), world_size)):
+    checksum = checkpoints.parameter_checksum(agent)
+    for r, (games, checksum) in enumerate(gather_per_rank((rank_games, checksum), world_size)):
         if rank == 0:
             messages.say(f"rank {r}/{world_size}: {games} games finished, parameter checksum {checksum}")

@@ -44,3 +44,23 @@ def test_the_rows_hold_what_the_derived_tables_need():
             assert "--total-timesteps" in row.no_update_args, name
         if row.compile:
             assert set(row.compile.loss_steps) and row.compile.min_updates <= len(row.compile.loss_steps), name
+
+
+# The line counts of upstream CleanRL's scripts (github.com/vwxyzjn/cleanrl, cleanrl/<name>, commit fe8d8a03):
+# each script here does what its upstream counterpart does and more (checkpoints, resume, speed flags), and may take
+# at most half as many lines again to do it; the run machinery no variant changes belongs in the companion modules.
+UPSTREAM_LINES = {
+    "ppo.py": 312, "ppo_continuous_action.py": 353, "ppo_atari.py": 329, "ppo_atari_multigpu.py": 403,
+    "ppo_atari_envpool_xla_jax_scan.py": 522, "dqn.py": 248, "dqn_atari.py": 271, "c51.py": 279, "c51_atari.py": 302,
+    "ddpg_continuous_action.py": 265, "td3_continuous_action.py": 317, "sac_continuous_action.py": 324,
+    "ppg_procgen.py": 480,
+}
+
+
+def test_every_script_is_at_most_one_and_a_half_times_as_long_as_upstreams():
+    too_long = {}
+    for name in SCRIPTS:
+        lines = len((ROOT / "cleanrl" / name).read_text().splitlines())
+        if name in UPSTREAM_LINES and lines > 1.5 * UPSTREAM_LINES[name]:
+            too_long[name] = f"{lines} lines, upstream {UPSTREAM_LINES[name]}: at most {int(1.5 * UPSTREAM_LINES[name])}"
+    assert not too_long, too_long
