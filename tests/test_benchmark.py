@@ -929,7 +929,8 @@ def test_profile_split_profiles_the_measured_span_of_a_real_run(tmp_path):
     assert result["span"]["first_step"] == 128 and result["span"]["last_step"] == 2048
     assert "- profiled span: steps 128 to 2048" in proc.stdout
     split = result["split"]
-    assert ["ppo.py", 15 * 64] in [[label.split(":")[0], calls] for label, _, calls in split["cleanrl"]["top"] if "(act)" in label]
+    assert ["ppo.py", 15 * 64] in [[label.split(":")[0], calls] for label, _, calls in split["cleanrl"]["top"]
+                                   if "(policy_step)" in label]
     stores = {label.split(":")[0]: calls for label, _, calls in split["torch"]["top"]
               if "(Tensor.__setitem__)" in label}
     assert stores.get("profile_hook.py", 0) >= 4 * 15 * 64  # obs, actions, logprobs, values at every rollout step
