@@ -395,3 +395,15 @@ def test_shown_command_works(where, command, tmp_path):
         assert proc.returncode == 0, f"{command} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         if "--help" in argv:
             assert "usage:" in proc.stdout.lower() and "--help" in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("name", ["ddpg", "td3", "sac"])
+def test_the_off_policy_pages_give_the_width_the_script_names(name):
+    """The networks' width is one line of each script (HIDDEN); its docs page says the same width, so a width
+    changed in the script fails here until the page says it too."""
+    hidden = re.search(r"^HIDDEN = (\d+)", (ROOT / "cleanrl" / f"{name}_continuous_action.py").read_text(), re.M)
+    assert hidden, f"cleanrl/{name}_continuous_action.py names no HIDDEN width"
+    width = hidden.group(1)
+    rows = [line for line in (ROOT / "docs" / "rl-algorithms" / f"{name}.md").read_text().splitlines()
+            if line.startswith("| Networks |")]
+    assert len(rows) == 1 and f"{width}-{width} ReLU MLPs" in rows[0], rows

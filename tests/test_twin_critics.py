@@ -64,13 +64,13 @@ def test_each_stacked_critic_computes_its_own_network_forwards_and_backwards(scr
 def test_critics_start_apart_each_drawn_as_nn_linear_draws(script):
     torch.manual_seed(0)
     qf = script.QNetworks(17, 6)
-    for w, b, fan_in in ((qf.w1, qf.b1, 23), (qf.w2, qf.b2, 256), (qf.w3, qf.b3, 256)):
+    for w, b, fan_in in ((qf.w1, qf.b1, 23), (qf.w2, qf.b2, script.HIDDEN), (qf.w3, qf.b3, script.HIDDEN)):
         bound = 1.0 / math.sqrt(fan_in)  # nn.Linear's: kaiming_uniform(a=sqrt(5)) weights, U(+-bound) biases
         assert w.shape == (2, fan_in, w.shape[2]) and b.shape == (2, 1, w.shape[2])
         for p in (w, b):
             assert p.abs().max() <= bound
             assert not torch.equal(p[0], p[1])
-        # uniform on [-bound, bound]: standard deviation bound / sqrt(3) (2 x 23 x 256 draws at the least)
+        # uniform on [-bound, bound]: standard deviation bound / sqrt(3) (2 x 23 x HIDDEN draws at the least)
         assert w.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.03)
         reference = nn.Linear(fan_in, w.shape[2]).weight
         assert reference.abs().max() <= bound and w.std().item() == pytest.approx(reference.std().item(), rel=0.05)
