@@ -598,7 +598,7 @@ if __name__ == "__main__":
                **per_rank_states(envs, world_size, args.save_model))
     # one line per rank, all printed by rank 0 (one writer, so no line breaks into another rank's progress line):
     # equal checksums on all ranks mean the replicas never drifted apart
-    checksum = checkpoints.parameter_checksum(agent)
-    for r, (games, checksum) in enumerate(gather_per_rank((rank_games, checksum), world_size)):
+    own = rank_games, checkpoints.parameter_checksum(agent)
+    for r, (games, checksum) in enumerate(gather_per_rank(own, world_size)):
         if rank == 0:
             messages.say(f"rank {r}/{world_size}: {games} games finished, parameter checksum {checksum}")
