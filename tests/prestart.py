@@ -12,11 +12,12 @@ runs the script as `__main__` and ends as the interpreter ends (run_as_main): Sy
 uncaught exception's traceback and status 1, its threads waited for, its atexit handlers run, its output flushed;
 only the teardown of the modules is skipped.
 
-`popen` forks a run where the command is `sys.executable` and a script of cleanrl/ (or a launcher of LAUNCHERS that
-runs one) and no stdin is given; anything else is a subprocess.Popen. The server is chosen by the whole environment
-(but PYTEST_CURRENT_TEST), as variables such as TORCH_LOGS are read when torch is imported. tests/test_prestart.py
-checks that a forked run and a fresh interpreter behave alike. CLEANRL_TESTS_PRESTART=0 makes every run a fresh
-interpreter: `CLEANRL_TESTS_PRESTART=0 python -m pytest` runs the scripts exactly as a user does, only slower."""
+`popen` forks a run on Linux where the command is `sys.executable` and a script of cleanrl/ (or a launcher of
+LAUNCHERS that runs one) and no stdin is given; anything else is a subprocess.Popen. The server is chosen by the
+whole environment (but PYTEST_CURRENT_TEST), as variables such as TORCH_LOGS are read when torch is imported.
+tests/test_prestart.py checks that a forked run and a fresh interpreter behave alike. CLEANRL_TESTS_PRESTART=0 makes
+every run a fresh interpreter: `CLEANRL_TESTS_PRESTART=0 python -m pytest` runs the scripts exactly as a user does,
+only slower."""
 
 import atexit
 import json
@@ -236,7 +237,8 @@ KEEP = 3  # servers kept running (each holds an interpreter with torch: about 40
 
 def server_for(cmd, env: dict, stdin):
     """The server that forks this run (started if needed), or None where the run must be a fresh interpreter."""
-    if os.environ.get("CLEANRL_TESTS_PRESTART", "1") == "0" or stdin is not None:
+    # Linux only: on macOS a process forked from one that loaded Apple's frameworks (torch does) may crash
+    if os.environ.get("CLEANRL_TESTS_PRESTART", "1") == "0" or stdin is not None or sys.platform != "linux":
         return None
     if len(cmd) < 2 or cmd[0] != sys.executable or not (Path(cmd[1]).parent == CLEANRL or Path(cmd[1]) in LAUNCHERS):
         return None

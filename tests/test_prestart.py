@@ -12,6 +12,9 @@ import pytest
 from tests import prestart
 from tests.helpers import ROOT, script_env
 
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="runs are forked from a prestarted interpreter on "
+                                                                "Linux only")
+
 TOY = textwrap.dedent("""
     import atexit, os, sys, threading, time
     print("argv", sys.argv[1:], "cwd", os.getcwd(), "path0", sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
