@@ -358,6 +358,77 @@ class EnvGroups(gym.vector.VectorEnv):
             group.close()
 
 
+class OnDevice(gym.vector.VectorWrapper):
+    """The vector env as a training loop on `device` uses it: step() takes the actions as a tensor and returns the
+    observations (in obs_dtype), the rewards (float32) and the terminated and truncated flags (bool) as tensors on
+    the device; infos stay as the envs wrote them. On the GPU path what the envs return reaches the device through
+    pinned host memory (speed.PinnedStaging), so the host never waits for the copy: the observations in one copy, the
+    rewards and both flags packed into another. rollout() steps an EnvGroups engine's groups in turn (pipelined)."""
+
+    transparent = True  # no state of its own: a checkpoint saves the envs beneath
+
+    def __init__(self, env: gym.vector.VectorEnv, device: torch.device, obs_dtype: Optional[torch.dtype] = None):
+        super().__init__(env)
+        self.device, self.obs_dtype, self.staging = device, obs_dtype, speed.PinnedStaging(device)
+        self.truncated_only: tuple = (0, np.zeros(0, bool), {})  # truncated_final_obs(): the last step's
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self.staging.to_device("obs", obs, self.obs_dtype), info
+
+    def to_device(self, envs: slice, obs, reward, terminated, truncated, info) -> tuple:
+        """What the step of the envs `envs` (a slice of the batch) returned, as (obs, reward, terminated, truncated,
+        info) with the first four on the device."""
+        self.truncated_only = envs.start, np.logical_and(truncated, np.logical_not(terminated)), info
+        obs = self.staging.to_device(f"obs{envs.start}", obs, self.obs_dtype)
+        if not speed.gpu_path(self.device):  # the arrays as tensors, no copy (the bool flags' memory is shared)
+            return obs, torch.as_tensor(reward, dtype=torch.float32), torch.from_numpy(terminated), \
+                torch.from_numpy(truncated), info
+        flags = self.staging.to_device(f"flags{envs.start}", np.stack([reward, terminated, truncated]), torch.float32)
+        return obs, flags[0], flags[1].bool(), flags[2].bool(), info
+
+    def step(self, actions: torch.Tensor):
+        return self.to_device(slice(0, self.num_envs), *self.env.step(actions.cpu().numpy()))
+
+    def truncated_final_obs(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """(envs, their final observations) on the device for the envs whose episode the last step truncated without
+        terminating it: gymnasium's same-step autoreset keeps that observation in info["final_obs"]. None where there
+        are none, the usual case, which the host knows without asking the device."""
+        start, only_truncated, info = self.truncated_only
+        if not only_truncated.any():
+            return None
+        envs = torch.as_tensor(start + np.flatnonzero(only_truncated), device=self.device)
+        return envs, torch.as_tensor(np.stack(info["final_obs"][only_truncated]), dtype=self.obs_dtype,
+                                     device=self.device)
+
+    def rollout(self, num_steps: int, act: Callable, store: Callable) -> None:
+        """num_steps steps of every env. The envs step in the groups of the engine beneath (EnvGroups.halves; one
+        group of all the envs for another vector env): act(step, envs) returns the actions of the envs `envs` (a
+        slice of the batch) at rollout step `step`, which start that group's step; while it runs, act is called for
+        the next group. store(step, envs, obs, reward, terminated, truncated, info) then takes what the group's step
+        returned (to_device), before act is called for that group again. With two groups the emulator threads step
+        one half while the policy acts on the other; every env still acts on its own newest observation."""
+        groups = getattr(self.env, "halves", None)
+        if groups is None:  # a vector env without groups: one synchronous step of all the envs
+            for step in range(num_steps):
+                store(step, slice(0, self.num_envs), *self.step(act(step, slice(0, self.num_envs))))
+            return
+        sent = {}  # each group's (by its first env) rollout step
+        for step in range(num_steps):
+            for group, envs in enumerate(groups):
+                actions = act(step, envs)
+                self.env.send(actions.cpu().numpy(), group)
+                sent[envs.start] = step
+                if self.env.in_flight == len(groups):  # the other group stepped meanwhile: take its results
+                    self.receive(sent, store)
+        while self.env.in_flight:  # the rollout's last step of the group still stepping
+            self.receive(sent, store)
+
+    def receive(self, sent: dict, store: Callable) -> None:
+        envs, *results = self.env.recv()
+        store(sent[envs.start], envs, *self.to_device(envs, *results))
+
+
 def env_worker_threads(requested: int = 0) -> tuple[int, str]:
     """--env-threads: the emulator worker threads of this process and how they were chosen. 0: the cores this process
     may use, as --torch-threads 0 counts them: those free as the run starts, or under torchrun an even share of this
@@ -664,6 +735,27 @@ class Statistics:
 
     def load_state_dict(self, state: dict) -> None:
         load_rms_state(getattr(self.wrapper, self.name), state)
+
+
+class HostSteps(gym.vector.VectorWrapper):
+    """What PPG's loop does on the host with each step of its envpool envs: the rewards scaled by `normalizer` (a
+    RewardNormalizer, None: as they are) from real transitions only (a step right after an episode end is envpool's
+    reset step, not one), and env 0's frames given to `video` (a VideoRecorder; None: no video)."""
+
+    def __init__(self, env: gym.vector.VectorEnv, normalizer: Optional["RewardNormalizer"],
+                 video: Optional[VideoRecorder]):
+        super().__init__(env)
+        self.normalizer, self.video, self.prev_done = normalizer, video, np.zeros(env.num_envs, dtype=bool)
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        done = np.logical_or(terminated, truncated)
+        if self.normalizer is not None:
+            reward = self.normalizer(reward, done, ~self.prev_done)
+        if self.video is not None:
+            self.video.add(obs[0], bool(done[0]))
+        self.prev_done = done
+        return obs, reward, terminated, truncated, info
 
 
 class RewardNormalizer:

@@ -125,12 +125,6 @@ def derive_sizes(args: Args) -> tuple[int, int, int, int]:
     return batch_size, batch_size // args.num_minibatches, num_phases, -(-aux_rollouts // args.num_aux_rollouts)
 
 
-def aux_buffer_bytes(n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int) -> int:
-    """Bytes held by the auxiliary buffer: uint8 observations, float32 returns and old logits, bool mask."""
-    n = n_iteration * num_envs * num_steps
-    return n * (int(np.prod(obs_shape)) + 4 + 4 * n_actions + 1)
-
-
 def procgen_id(args: Args) -> str:
     """The envpool id that --env-id and --distribution-mode name (starpilot, easy: StarpilotEasy-v0)."""
     return environments.resolve_env_id(args.env_id, args.distribution_mode, environments.load_envpool().list_all_envs())
@@ -253,26 +247,29 @@ class AuxBuffer:
 
     Stored rollout-major: row r = iteration * num_envs + env holds that env's num_steps consecutive
     observations from that iteration, so an auxiliary minibatch of whole rollouts is one index on dim 0.
-    Observations stay uint8 (3x64x64 bytes each); the size follows from the flags (see aux_buffer_bytes).
+    Observations stay uint8 (3x64x64 bytes each); the size follows from the flags (on the meta device
+    it has shapes but no memory: the memory check).
     """
 
-    def __init__(self, n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int):
+    def __init__(self, n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int,
+                 device="cpu"):
         self.num_envs, self.n_iteration = num_envs, n_iteration
         self.stored = 0  # iterations of the current policy phase stored so far
         self.distilling = False  # inside the auxiliary phase: every row is stored and pi_old's logits are recorded
         self.phases = 0  # auxiliary phases this process has run
         rows = n_iteration * num_envs
-        self.obs = torch.empty((rows, num_steps) + tuple(obs_shape), dtype=torch.uint8)
-        self.returns = torch.empty((rows, num_steps))
-        self.valid = torch.empty((rows, num_steps), dtype=torch.bool)
-        self.old_logits = torch.zeros((rows, num_steps, n_actions))  # zeros: a checkpoint holds no stray memory
+        self.obs = torch.empty((rows, num_steps) + tuple(obs_shape), dtype=torch.uint8, device=device)
+        self.returns = torch.empty((rows, num_steps), device=device)
+        self.valid = torch.empty((rows, num_steps), dtype=torch.bool, device=device)
+        # zeros: a checkpoint holds no stray memory
+        self.old_logits = torch.zeros((rows, num_steps, n_actions), device=device)
 
     @property
     def num_rollouts(self) -> int:
         return self.obs.shape[0]
 
     def nbytes(self) -> int:
-        return sum(t.element_size() * t.nelement() for t in (self.obs, self.returns, self.valid, self.old_logits))
+        return speed.nbytes((self.obs, self.returns, self.valid, self.old_logits))
 
     def store(self, iteration: int, obs: torch.Tensor, returns: torch.Tensor, valid: torch.Tensor) -> None:
         """Store one policy iteration's rollout; inputs are step-major (num_steps, num_envs, ...)."""
@@ -356,6 +353,16 @@ def make_policy(args: Args, saved: dict) -> PolicyNetwork:
     return policy
 
 
+def rollout_storage(num_steps: int, num_envs: int, device) -> tuple[torch.Tensor, ...]:
+    """obs (uint8 frames until they enter a network), actions, logprobs, rewards, dones, values and valid (False at
+    envpool's reset steps, the step after an episode end: not a transition), each (num_steps, num_envs, ...)."""
+    obs = torch.zeros((num_steps, num_envs, 3, 64, 64), dtype=torch.uint8, device=device)
+    actions = torch.zeros((num_steps, num_envs), dtype=torch.long, device=device)
+    logprobs, rewards, dones, values = (torch.zeros((num_steps, num_envs), device=device) for _ in range(4))
+    valid = torch.zeros((num_steps, num_envs), dtype=torch.bool, device=device)
+    return obs, actions, logprobs, rewards, dones, values, valid
+
+
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
@@ -363,13 +370,13 @@ if __name__ == "__main__":
     env_id = procgen_id(args)  # before any other check, as a missing Qt runtime fails here
     batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
     num_iterations = num_phases * args.n_iteration
-    # the storage below: the rollout (per step of each env a uint8 3x64x64 observation, an int64 action, 4 float32, a
-    # bool, 2 float32 and a bool staged on the host, an int64 minibatch index) and the host's auxiliary buffer
-    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
-                         batch_size * (3 * 64 * 64 + 8 + 16 + 1 + 9 + 8), "a rollout storage", cuda=args.cuda)
+    # the memory the rollout storage and the host's auxiliary buffer take, from their shapes and dtypes (on the meta
+    # device they take none)
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", speed.nbytes(rollout_storage(
+        args.num_steps, args.num_envs, "meta")), "a rollout storage", cuda=args.cuda)
     speed.check_memory(f"--n-iteration {args.n_iteration} x --num-envs {args.num_envs} x --num-steps "
-                         f"{args.num_steps}", aux_buffer_bytes(args.n_iteration, args.num_envs, args.num_steps,
-                                                               (3, 64, 64), 15), "an auxiliary buffer")
+                       f"{args.num_steps}", AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, (3, 64, 64), 15,
+                                                      "meta").nbytes(), "an auxiliary buffer")
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 
@@ -378,13 +385,16 @@ if __name__ == "__main__":
     threads, why = environments.env_worker_threads(args.env_threads)
     messages.say(f"environments: {args.num_envs} stepped together; {threads} envpool threads ({why}); "
                  f"{torch.get_num_threads()} torch CPU threads")
-    envs = environments.make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step, threads)
-    obs_shape = envs.single_observation_space.shape
-    n_actions = int(envs.single_action_space.n)
     # a resumed run counts its episodes from 0 again: its own file names keep it from overwriting earlier videos
     video_prefix = "rl-video" if checkpoint is None else f"rl-video-resumed-at-{run.global_step}"
     video = environments.VideoRecorder(f"videos/{run.name}", video_prefix) if args.capture_video else None
     reward_normalizer = environments.RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
+    # the rewards the update learns from are normalized (on the host); the envs take the actions as a tensor and
+    # return tensors on the device (environments.OnDevice)
+    envs = environments.make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step, threads)
+    envs = environments.OnDevice(environments.HostSteps(envs, reward_normalizer, video), device)
+    obs_shape = envs.single_observation_space.shape
+    n_actions = int(envs.single_action_space.n)
 
     policy = PolicyNetwork(obs_shape, n_actions).to(device)
     value_net = ValueNetwork(obs_shape).to(device)
@@ -396,21 +406,8 @@ if __name__ == "__main__":
     optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device),
                            capturable=speed.gpu_path(device), fused=True)
 
-    # storage: (num_steps, num_envs, ...); observations stay uint8 until they enter a network
-    obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-    values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    # valid[t] = 0 marks envpool's reset steps (the step after an episode end): not a transition
-    valid = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
-    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
-    # above once per rollout. On a GPU they are pinned, so that copy is asynchronous; the rollout's next action copy
-    # waits for it before they are written again. valid_np also tells the host which transitions are real.
-    rewards_np, dones_np = (speed.host_array((args.num_steps, args.num_envs), np.float32, device) for _ in range(2))
-    valid_np = speed.host_array((args.num_steps, args.num_envs), np.bool_, device)
-    staging = speed.PinnedStaging(device)  # frames and indices reach the device without a synchronisation
+    obs, actions, logprobs, rewards, dones, values, valid = rollout_storage(args.num_steps, args.num_envs, device)
+    staging = speed.PinnedStaging(device)  # minibatch indices reach the device without a synchronisation
     aux = AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, obs_shape, n_actions)
 
     # Checkpoints are taken between iterations, and on a signal inside the auxiliary phase (see auxiliary_phase).
@@ -420,9 +417,9 @@ if __name__ == "__main__":
     # so the iteration is its whole state.
     state = {"policy": policy, "value": value_net, "optimizer": optimizer, "reward_normalizer": reward_normalizer,
              "aux": aux}
-    next_obs_np, start_iteration, global_step = run.restore(envs, state, seed=None)
-    next_obs = torch.as_tensor(next_obs_np, device=device)
-    prev_done = np.zeros(args.num_envs, dtype=bool)  # the previous step ended an episode
+    next_obs, start_iteration, global_step = run.restore(envs, state, seed=None)
+    next_obs = torch.as_tensor(next_obs, device=device)
+    prev_done = torch.zeros(args.num_envs, dtype=torch.bool, device=device)  # the previous step ended an episode
 
     # --amp: the networks' forward passes run under bf16 autocast (a no-op without the flag); distributions and losses
     # are computed in float32 from the outputs' .float().
@@ -605,26 +602,17 @@ if __name__ == "__main__":
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
-            valid_np[step] = ~prev_done
+            valid[step] = ~prev_done
             action, logprob, value = policy_step(next_obs)
             values[step] = value
             actions[step] = action
             logprobs[step] = logprob
 
-            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            done = np.logical_or(term, trunc)
-            if reward_normalizer is not None:
-                reward = reward_normalizer(reward, done, ~prev_done)
-            rewards_np[step] = reward
-            dones_np[step] = done
-            if video is not None:
-                video.add(next_obs_np[0], bool(done[0]))
-            prev_done = done
-            next_obs = staging.to_device("obs", next_obs_np)
+            next_obs, reward, term, trunc, infos = envs.step(action)
+            prev_done = term | trunc
+            rewards[step] = reward
+            dones[step] = prev_done
             run.log_episodes(infos, global_step)  # charts/episodic_return and charts/episodic_length
-
-        for buffer, staged in ((rewards, rewards_np), (dones, dones_np), (valid, valid_np)):
-            buffer.copy_(torch.from_numpy(staged), non_blocking=True)
 
         # advantages: every episode end counts as terminal (Procgen's time limit leaves no final obs to bootstrap
         # from, see environments.make_procgen_envs), so terminations = dones. The reset step that follows an end gets
@@ -644,7 +632,7 @@ if __name__ == "__main__":
         b_advantages = advantages.reshape(-1)
         b_returns = returns.reshape(-1)
         b_values = values.reshape(-1)
-        b_inds = np.flatnonzero(valid_np.reshape(-1))  # the real transitions, known on the host
+        b_inds = np.flatnonzero(valid.reshape(-1).cpu().numpy())  # the real transitions, on the host
         real_inds = staging.to_device("real", b_inds)
         if args.adv_norm_fullbatch:  # the PPG code normalizes once over the whole batch
             real = b_advantages[real_inds]

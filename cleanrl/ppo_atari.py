@@ -239,26 +239,38 @@ def make_agent(args: Args) -> Agent:
     return agent
 
 
+def rollout_storage(num_steps: int, num_envs: int, device) -> tuple[torch.Tensor, ...]:
+    """obs (uint8 frames: 4x less memory than float; the network scales them), actions, logprobs, rewards,
+    terminations, dones, values, final_values (the value of a truncated game's final frames) and truncated, each
+    (num_steps, num_envs, ...)."""
+    obs = torch.zeros((num_steps, num_envs, 4, 84, 84), dtype=torch.uint8, device=device)
+    actions = torch.zeros((num_steps, num_envs), dtype=torch.long, device=device)
+    logprobs, rewards, terminations, dones, values, final_values = (
+        torch.zeros((num_steps, num_envs), device=device) for _ in range(6))
+    truncated = torch.zeros((num_steps, num_envs), dtype=torch.bool, device=device)
+    return obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated
+
+
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
         runtime.eval_only(args, "agent", lambda _: make_agent(args), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     environments.check_atari(args.env_id, args.env_backend)
-    # the storage below, per step of each env: a uint8 4x84x84 observation, an int64 action, 6 float32 and a bool on
-    # the device, 3 float32 and a bool staged on the host, an int64 minibatch index
-    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
-                         batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 13 + 8), "a rollout storage", cuda=args.cuda)
+    # the rollout storage's memory, from its shapes and dtypes (tensors on the meta device take none)
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", speed.nbytes(rollout_storage(
+        args.num_steps, args.num_envs, "meta")), "a rollout storage", cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
     # On a GPU the dense layers' matmuls run in TF32 (a 10-bit mantissa on tensor cores), as cuDNN's convolutions
     # already do by default: PPO's gradients are far noisier than that rounding.
     torch.backends.cuda.matmul.allow_tf32 = True
 
-    # env setup
-    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
-                                        **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads,
-                                                                    args.pipeline_envs, device))
+    # env setup: the envs take the actions as a tensor and return tensors on the device (environments.OnDevice)
+    envs = environments.OnDevice(environments.make_atari_envs(
+        args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
+        **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads, args.pipeline_envs, device)),
+        device)
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # The learning rate is a tensor updated in place, so a compiled update reads the annealed value instead of
@@ -269,23 +281,8 @@ if __name__ == "__main__":
         capturable=speed.gpu_path(device), fused=True,
     )
 
-    # storage: (num_steps, num_envs, ...); frames stay uint8 (4x less memory than float), the network scales them
-    obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    terminations = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-    values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
-    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
-    # above once per rollout, instead of four small copies at every step. On a GPU they are pinned, so that copy is
-    # asynchronous; the rollout's next action copy waits for it before they are written again.
-    rewards_np, terminations_np, dones_np = (speed.host_array((args.num_steps, args.num_envs), np.float32, device)
-                                             for _ in range(3))
-    truncated_np = speed.host_array((args.num_steps, args.num_envs), np.bool_, device)
-    staging = speed.PinnedStaging(device)  # frames reach the device without a synchronisation
+    obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated = rollout_storage(
+        args.num_steps, args.num_envs, device)
 
     # A fresh run resets the envs. Neither backend's state can be saved (ale-py's vector env is C++, gymnasium's
     # AtariEnv pickles by re-construction), so on resume the games in progress at the checkpoint are dropped (never
@@ -319,57 +316,42 @@ if __name__ == "__main__":
     policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
     gae = speed.speed_up(compute_gae, args, compile=False)
 
-    sent = {}  # the rollout step and global step whose actions each half (by its first env) is stepping with
-
-    def receive(half: slice, next_obs_np, reward, term, trunc, infos) -> None:
-        """Store what a half's step returned, at the rollout step whose actions it took."""
-        step, step_global = sent[half.start]
-        # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
-        rewards_np[step, half] = reward
-        terminations_np[step, half] = term
-        dones_np[step, half] = np.logical_or(term, trunc)
-        next_obs[half] = staging.to_device(f"obs{half.start}", next_obs_np)
-        # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps from the
-        # value of the true final observation, which same-step autoreset keeps in info["final_obs"]. A step that
-        # both lost a life and hit the limit counts as terminated.
-        only_trunc = np.logical_and(trunc, np.logical_not(term))
-        truncated_np[step, half] = only_trunc
-        if only_trunc.any():
-            final_obs = np.stack(infos["final_obs"][only_trunc])
-            truncated_envs = torch.as_tensor(half.start + np.flatnonzero(only_trunc), device=device)
-            with torch.no_grad():
-                final_values[step, truncated_envs] = agent.get_value(
-                    torch.as_tensor(final_obs, device=device)
-                ).flatten()
-        run.log_episodes(infos, step_global)  # whole games, real (unclipped) score over all lives
-
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
-        # rollout, pipelined (--pipeline-envs on, or auto on a GPU): the envs are two fixed halves (envs.halves;
-        # one group when off). A half's step runs in the emulator threads while the policy acts on the other half, so
-        # stepping and acting overlap; every env still acts on its own newest frames with the same policy, so the data
-        # are those of a synchronous rollout (only the order of the policy's random draws differs).
-        for step in range(args.num_steps):
-            global_step += args.num_envs
-            for group, half in enumerate(envs.halves):
-                obs[step, half] = next_obs[half]
-                action, logprob, value = policy_step(next_obs[half])
-                values[step, half] = value.flatten()
-                actions[step, half] = action
-                logprobs[step, half] = logprob
-                envs.send(action.cpu().numpy(), group)
-                sent[half.start] = step, global_step
-                if envs.in_flight == len(envs.halves):  # the other half stepped meanwhile: take its results
-                    receive(*envs.recv())
-        while envs.in_flight:  # the rollout's last step of the half still stepping
-            receive(*envs.recv())
+        # rollout, pipelined (--pipeline-envs on, or auto on a GPU): the envs step in two fixed halves (one group when
+        # off), one half's step in the emulator threads while the policy acts on the other, so stepping and acting
+        # overlap; every env still acts on its own newest frames with the same policy, so the data are those of a
+        # synchronous rollout (only the order of the policy's random draws differs). half: a slice of the batch.
+        def act(step: int, half: slice) -> torch.Tensor:
+            obs[step, half] = next_obs[half]
+            action, logprob, value = policy_step(next_obs[half])
+            values[step, half] = value.flatten()
+            actions[step, half] = action
+            logprobs[step, half] = logprob
+            return action
 
-        for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
-                               (truncated, truncated_np)):
-            buffer.copy_(torch.from_numpy(staged), non_blocking=True)
+        def store(step: int, half: slice, half_next_obs, reward, term, trunc, infos) -> None:
+            next_obs[half] = half_next_obs
+            # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
+            rewards[step, half] = reward
+            terminations[step, half] = term
+            dones[step, half] = term | trunc
+            # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps from
+            # the value of the true final observation (info["final_obs"]). A step that both lost a life and hit the
+            # limit counts as terminated.
+            truncated[step, half] = trunc & ~term
+            final = envs.truncated_final_obs()  # (envs, final frames), or None
+            if final is not None:
+                with torch.no_grad():
+                    final_values[step, final[0]] = agent.get_value(final[1]).flatten()
+            # whole games, real (unclipped) score over all lives
+            run.log_episodes(infos, global_step + (step + 1) * args.num_envs)
+
+        envs.rollout(args.num_steps, act, store)
+        global_step += args.num_steps * args.num_envs
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():

@@ -334,6 +334,18 @@ def per_rank_states(envs, world_size: int, save_model: bool) -> dict:
     return {"rng": [rng for rng, _ in states], "envs": [env for _, env in states]}
 
 
+def rollout_storage(num_steps: int, num_envs: int, device) -> tuple[torch.Tensor, ...]:
+    """obs (uint8 frames: 4x less memory than float; the network scales them), actions, logprobs, rewards,
+    terminations, dones, values, final_values (the value of a truncated game's final frames) and truncated, each
+    (num_steps, num_envs, ...)."""
+    obs = torch.zeros((num_steps, num_envs, 4, 84, 84), dtype=torch.uint8, device=device)
+    actions = torch.zeros((num_steps, num_envs), dtype=torch.long, device=device)
+    logprobs, rewards, terminations, dones, values, final_values = (
+        torch.zeros((num_steps, num_envs), device=device) for _ in range(6))
+    truncated = torch.zeros((num_steps, num_envs), dtype=torch.bool, device=device)
+    return obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated
+
+
 if __name__ == "__main__":
     rank, local_rank, node_rank, world_size = runtime.torchrun_env()
     # On every rank, before the process group forms; with a group, --resume waits for it (broadcast_resume below).
@@ -361,10 +373,9 @@ if __name__ == "__main__":
         args, checkpoint = runtime.broadcast_resume(Args, args, rank)
     envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
     environments.check_atari(args.env_id, args.env_backend)
-    # this rank's storage, per step of each of its envs: a uint8 4x84x84 observation, an int64 action, 6 float32 and
-    # a bool on the device, 3 float32 and a bool staged on the host, an int64 minibatch index
-    speed.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank",
-                         local_batch_size * (4 * 84 * 84 + 8 + 24 + 1 + 13 + 8), "a rollout storage", cuda=args.cuda)
+    # this rank's rollout storage's memory, from its shapes and dtypes (tensors on the meta device take none)
+    speed.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank", speed.nbytes(rollout_storage(
+        args.num_steps, envs_per_rank, "meta")), "a rollout storage", cuda=args.cuda)
     if checkpoint is not None:
         # the checkpoint holds every rank's generators and env states; this rank takes back its own
         if len(checkpoint["rng"]) != world_size:
@@ -382,11 +393,12 @@ if __name__ == "__main__":
     messages.say(f"rank {rank}/{world_size} (node {node_rank}, local rank {local_rank}) on {device} with {backend}: "
                 f"{envs_per_rank} envs, env seeds {env_seed}..{env_seed + envs_per_rank - 1}")
 
-    # env setup: this rank's share of the environments; only rank 0 records video
-    envs = environments.make_atari_envs(
+    # env setup: this rank's share of the environments (only rank 0 records video); they take the actions as a
+    # tensor and return tensors on the device (environments.OnDevice)
+    envs = environments.OnDevice(environments.make_atari_envs(
         args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0, run.name,
         **environments.atari_engine(envs_per_rank, args.env_backend, args.env_threads, args.pipeline_envs, device,
-                                    rank == 0))
+                                    rank == 0)), device)
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
     # Every rank drew its own random init (seeded differently); rank 0's becomes everyone's.
@@ -397,23 +409,8 @@ if __name__ == "__main__":
     optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
                            capturable=speed.gpu_path(device), fused=True)
 
-    # storage of this rank: (num_steps, envs_per_rank, ...); frames stay uint8 (4x less memory than float32)
-    obs = torch.zeros((args.num_steps, envs_per_rank) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.long, device=device)
-    logprobs = torch.zeros((args.num_steps, envs_per_rank), device=device)
-    rewards = torch.zeros((args.num_steps, envs_per_rank), device=device)
-    terminations = torch.zeros((args.num_steps, envs_per_rank), device=device)
-    dones = torch.zeros((args.num_steps, envs_per_rank), device=device)
-    values = torch.zeros((args.num_steps, envs_per_rank), device=device)
-    final_values = torch.zeros((args.num_steps, envs_per_rank), device=device)
-    truncated = torch.zeros((args.num_steps, envs_per_rank), dtype=torch.bool, device=device)
-    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
-    # above once per rollout, instead of four small copies at every step. On a GPU they are pinned, so that copy is
-    # asynchronous; the rollout's next action copy waits for it before they are written again.
-    rewards_np, terminations_np, dones_np = (speed.host_array((args.num_steps, envs_per_rank), np.float32, device)
-                                             for _ in range(3))
-    truncated_np = speed.host_array((args.num_steps, envs_per_rank), np.bool_, device)
-    staging = speed.PinnedStaging(device)  # frames reach the device without a synchronisation
+    obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated = rollout_storage(
+        args.num_steps, envs_per_rank, device)
 
     # A resumed run loads the same weights and optimizer state on every rank, so the replicas are identical again;
     # the games in progress are dropped (no Atari env state can be saved). global_step counts the environment steps
@@ -462,60 +459,45 @@ if __name__ == "__main__":
     for p in agent.parameters():
         p.grad = torch.zeros_like(p)
 
-    sent = {}  # the rollout step and global step whose actions each half (by its first env) is stepping with
-
-    def receive(half: slice, next_obs_np, reward, term, trunc, infos) -> None:
-        """Store what a half's step returned, at the rollout step whose actions it took."""
-        step, step_global = sent[half.start]
-        # rewards are sign-clipped and a lost life terminates (environments.AtariGameStatistics); the game goes on
-        rewards_np[step, half] = reward
-        terminations_np[step, half] = term
-        dones_np[step, half] = np.logical_or(term, trunc)
-        next_obs[half] = staging.to_device(f"obs{half.start}", next_obs_np)
-        # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps from the
-        # value of the true final observation, which same-step autoreset keeps in info["final_obs"]. A step that
-        # both lost a life and hit the limit counts as terminated.
-        only_trunc = np.logical_and(trunc, np.logical_not(term))
-        truncated_np[step, half] = only_trunc
-        if only_trunc.any():
-            final_obs = np.stack(infos["final_obs"][only_trunc])
-            truncated_envs = torch.as_tensor(half.start + np.flatnonzero(only_trunc), device=device)
-            with torch.no_grad():
-                final_values[step, truncated_envs] = agent.get_value(
-                    torch.as_tensor(final_obs, device=device)
-                ).flatten()
-        if "episode" in infos:  # whole games, real (unclipped) score over all lives
-            for i in np.nonzero(infos["_episode"])[0]:
-                episodes.append((step_global, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
-
     for iteration in range(start_iteration, num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
 
-        # rollout, pipelined (--pipeline-envs on, or auto on a GPU): this rank's envs are two fixed halves
-        # (envs.halves; one group when off). A half's step runs in the emulator threads while the policy acts on the
-        # other half, so stepping and acting overlap; every env still acts on its own newest frames with the same
-        # policy, so the data are those of a synchronous rollout (only the order of the policy's random draws differs).
-        episodes = []
-        for step in range(args.num_steps):
-            global_step += args.num_envs
-            for group, half in enumerate(envs.halves):
-                obs[step, half] = next_obs[half]
-                action, logprob, value = policy_step(next_obs[half])
-                values[step, half] = value.flatten()
-                actions[step, half] = action
-                logprobs[step, half] = logprob
-                envs.send(action.cpu().numpy(), group)
-                sent[half.start] = step, global_step
-                if envs.in_flight == len(envs.halves):  # the other half stepped meanwhile: take its results
-                    receive(*envs.recv())
-        while envs.in_flight:  # the rollout's last step of the half still stepping
-            receive(*envs.recv())
+        # rollout, pipelined (--pipeline-envs on, or auto on a GPU): this rank's envs step in two fixed halves (one
+        # group when off), one half's step in the emulator threads while the policy acts on the other, so stepping
+        # and acting overlap; every env still acts on its own newest frames with the same policy, so the data are
+        # those of a synchronous rollout (only the order of the policy's random draws differs). half: a slice of them.
+        def act(step: int, half: slice) -> torch.Tensor:
+            obs[step, half] = next_obs[half]
+            action, logprob, value = policy_step(next_obs[half])
+            values[step, half] = value.flatten()
+            actions[step, half] = action
+            logprobs[step, half] = logprob
+            return action
 
-        for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
-                               (truncated, truncated_np)):
-            buffer.copy_(torch.from_numpy(staged), non_blocking=True)
+        def store(step: int, half: slice, half_next_obs, reward, term, trunc, infos) -> None:
+            next_obs[half] = half_next_obs
+            # rewards are sign-clipped and a lost life terminates (environments.AtariGameStatistics); the game goes on
+            rewards[step, half] = reward
+            terminations[step, half] = term
+            dones[step, half] = term | trunc
+            # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps from the
+            # value of the true final observation (info["final_obs"]). A step that both lost a life and hit the
+            # limit counts as terminated.
+            truncated[step, half] = trunc & ~term
+            final = envs.truncated_final_obs()  # (envs, final frames), or None
+            if final is not None:
+                with torch.no_grad():
+                    final_values[step, final[0]] = agent.get_value(final[1]).flatten()
+            if "episode" in infos:  # whole games, real (unclipped) score over all lives
+                for i in np.nonzero(infos["_episode"])[0]:
+                    episodes.append((global_step + (step + 1) * args.num_envs, float(infos["episode"]["r"][i]),
+                                     int(infos["episode"]["l"][i])))
+
+        episodes = []
+        envs.rollout(args.num_steps, act, store)
+        global_step += args.num_steps * args.num_envs
 
         # the games of all ranks, logged by rank 0 (one collective per rollout, not per step)
         rank_games += len(episodes)

@@ -269,6 +269,18 @@ def evaluate_saved(args: Args) -> list[float]:
         fail(f"{path} does not hold a {flags.script_name(Args)} model for {args.env_id}: {messages.first_line(e)}")
 
 
+def rollout_storage(num_steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple,
+                    device) -> tuple[torch.Tensor, ...]:
+    """obs, actions, logprobs, rewards, terminations, dones, values, final_values (the value of a truncated
+    episode's final observation) and truncated, each (num_steps, num_envs, ...)."""
+    obs = torch.zeros((num_steps, num_envs) + obs_shape, device=device)
+    actions = torch.zeros((num_steps, num_envs) + action_shape, device=device)
+    logprobs, rewards, terminations, dones, values, final_values = (
+        torch.zeros((num_steps, num_envs), device=device) for _ in range(6))
+    truncated = torch.zeros((num_steps, num_envs), dtype=torch.bool, device=device)
+    return obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated
+
+
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
@@ -279,16 +291,16 @@ if __name__ == "__main__":
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     probe = environments.probe_env(args.env_id, gym.spaces.Box, finite_actions=True)  # the policy: a Gaussian, clipped
     probe.close()
-    # the storage below, per step of each env: the observation, the action, 7 float32 and a bool on the device, 3
-    # float32 and a bool staged on the host, an int64 minibatch index
-    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", batch_size * (
-        4 * int(np.prod(probe.observation_space.shape)) + 4 * int(np.prod(probe.action_space.shape)) + 50),
+    # the rollout storage's memory, from its shapes and dtypes (tensors on the meta device take none)
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", speed.nbytes(rollout_storage(
+        args.num_steps, args.num_envs, probe.observation_space.shape, probe.action_space.shape, "meta")),
         "a rollout storage", cuda=args.cuda)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 
     # env setup
     envs, obs_norm, reward_norm = make_envs(args, run.name, args.capture_video)
+    envs = environments.OnDevice(envs, device, torch.float32)  # tensor actions in, tensors on the device out
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     agent = Agent(obs_dim, action_dim).to(device)
@@ -300,23 +312,8 @@ if __name__ == "__main__":
         capturable=speed.gpu_path(device), fused=True,
     )
 
-    # storage: (num_steps, num_envs, ...)
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device)
-    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    terminations = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-    values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    truncated = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
-    # What the envs return per step (numpy) is written to these host arrays and copied to the device buffers
-    # above once per rollout: a copy per step and buffer cost more than the whole MuJoCo step. On a GPU they are
-    # pinned, so that copy is asynchronous; the rollout's next action copy waits for it before they are written.
-    rewards_np, terminations_np, dones_np = (speed.host_array((args.num_steps, args.num_envs), np.float32, device)
-                                             for _ in range(3))
-    truncated_np = speed.host_array((args.num_steps, args.num_envs), np.bool_, device)
-    staging = speed.PinnedStaging(device)  # observations reach the device without a synchronisation
+    obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated = rollout_storage(
+        args.num_steps, args.num_envs, envs.single_observation_space.shape, envs.single_action_space.shape, device)
 
     # A resumed run loads the environments' state where it was saved (classic control: the whole wrapper stack,
     # statistics and the return being accumulated included); else (MuJoCo) episodes restart, the statistics
@@ -364,31 +361,21 @@ if __name__ == "__main__":
             logprobs[step] = logprob
 
             # rewards are the scaled and clipped ones the update learns from; observations are normalized
-            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            rewards_np[step] = reward  # float64 -> float32, rounded as torch.as_tensor(..., dtype=float32) would
-            terminations_np[step] = term
-            dones_np[step] = np.logical_or(term, trunc)
-            next_obs = staging.to_device("obs", next_obs_np).float()
-            # A truncated (time-limit) episode did not end in a terminal state: its last transition
-            # bootstraps from the value of the true final observation, which same-step autoreset keeps
-            # in info["final_obs"]. Our NormalizeObservation wrapper has already normalized and clipped
-            # it with the same statistics as next_obs of this step, so the critic sees it on the scale
-            # it was trained on. Only truncated envs need this extra forward pass, and it is rare.
-            only_trunc = np.logical_and(trunc, np.logical_not(term))
-            truncated_np[step] = only_trunc
-            if only_trunc.any():
-                final_obs = np.stack(infos["final_obs"][only_trunc])
-                truncated_envs = torch.as_tensor(np.flatnonzero(only_trunc), device=device)
+            next_obs, reward, term, trunc, infos = envs.step(action)
+            rewards[step] = reward
+            terminations[step] = term
+            dones[step] = term | trunc
+            # A truncated (time-limit) episode did not end in a terminal state: its last transition bootstraps from
+            # the value of the true final observation (info["final_obs"]). Our NormalizeObservation wrapper has
+            # already normalized and clipped it with the same statistics as next_obs of this step, so the critic
+            # sees it on the scale it was trained on. Only truncated envs need this extra forward pass; it is rare.
+            truncated[step] = trunc & ~term
+            final = envs.truncated_final_obs()  # (envs, final observations), or None
+            if final is not None:
                 with torch.no_grad():
-                    final_values[step, truncated_envs] = agent.get_value(
-                        torch.as_tensor(final_obs, dtype=torch.float32, device=device)
-                    ).flatten()
+                    final_values[step, final[0]] = agent.get_value(final[1]).flatten()
 
             run.log_episodes(infos, global_step)  # charts/episodic_return and charts/episodic_length
-
-        for buffer, staged in ((rewards, rewards_np), (terminations, terminations_np), (dones, dones_np),
-                               (truncated, truncated_np)):
-            buffer.copy_(torch.from_numpy(staged), non_blocking=True)
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():

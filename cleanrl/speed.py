@@ -1,7 +1,7 @@
 # docs: docs/speed.md
 """Where a run computes and how fast: the device and the CPU threads (--cuda, --torch-threads), the speed flags
 (--compile and --cudagraphs: speed_up, CudaGraph), and copies to a GPU that the host does not wait for
-(PinnedStaging, host_array), and the memory a run may take on its device (check_memory). None of it changes the
+(PinnedStaging), and the memory a run may take on its device (nbytes, check_memory). None of it changes the
 math."""
 
 import os
@@ -230,11 +230,9 @@ class PinnedStaging:
         return out
 
 
-def host_array(shape: tuple, dtype, device: torch.device) -> np.ndarray:
-    """A zeroed numpy array for values the environments return, to be sent to `device` in one copy: in pinned host
-    memory when that is a GPU (so the copy, with non_blocking=True, does not make the host wait), else ordinary."""
-    return torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype,
-                       pin_memory=device.type == "cuda").numpy()
+def nbytes(tensors) -> int:
+    """The bytes `tensors` take, or would take: tensors on the meta device have shapes and dtypes but no memory."""
+    return sum(t.element_size() * t.nelement() for t in tensors)
 
 
 def available_memory(cuda: bool = False) -> tuple[int, str]:

@@ -17,7 +17,7 @@ On the CPU nothing waits, but the same calls are made, so they can be counted he
 `python SCRIPT ARGS...` would (runpy, as __main__, the script's folder first on sys.path) under a TorchFunctionMode
 that records each such call at the innermost line of a file under cleanrl/ (the script or runtime.py) that led to it.
 It also counts the environment steps (the calls of a gymnasium vector env's step, or of the send that starts a
-pipelined half-step, that the script file makes, a chain of wrappers counting once), the optimizer steps, and the
+pipelined half-step, that the script file makes or OnDevice.rollout makes for it, a chain of wrappers counting once), the optimizer steps, and the
 points at which the run logs a losses/* scalar. It writes, even when the script ends with SystemExit:
 
     {"steps": N, "updates": U, "log_points": [[steps, updates], ...],
@@ -298,8 +298,8 @@ class Census(TorchFunctionMode):
         return pick
 
     def count_steps_of(self, cls) -> None:
-        """Count the calls of cls.step and cls.send (where cls defines them) that the script file makes itself,
-        outermost only: the inner steps of a chain of wrappers (the script's own among them) are part of the outer
+        """Count the calls of cls.step and cls.send (where cls defines them) that the script file makes itself, or
+        environments.OnDevice.rollout for it, outermost only: the inner steps of a chain of wrappers (the script's own among them) are part of the outer
         one. A pipelined rollout's send starts the step of half the envs and counts as one step."""
         for name in ("step", "send"):
             self.count_calls_of(cls, name)
@@ -311,7 +311,8 @@ class Census(TorchFunctionMode):
 
         @functools.wraps(step)
         def counted(env, *args, **kwargs):
-            if self.stepping == 0 and sys._getframe(1).f_code.co_filename == self.script:
+            caller = sys._getframe(1).f_code
+            if self.stepping == 0 and (caller.co_filename == self.script or caller.co_qualname == "OnDevice.rollout"):
                 self.steps += 1
             self.stepping += 1
             try:

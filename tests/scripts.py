@@ -254,7 +254,7 @@ OFF_POLICY_LOSSES = ("losses/qf1_loss", "losses/qf2_loss", "losses/qf1_values", 
                      "losses/qf_loss", "losses/actor_loss")
 
 # The line of each family allowed to synchronise at every step (tests/test_host_syncs.py)
-ROLLOUT_COPY = "action.cpu().numpy()"  # the rollout's sampled actions to the environments (step, or a half's send)
+ROLLOUT_COPY = "actions.cpu().numpy()"  # the sampled actions to the environments (environments.OnDevice)
 # the greedy actions, copied only at the steps where some env exploits (epsilon-greedy's coin flips are numpy)
 GREEDY_COPY = "lambda: policy_step("
 # the noisy deterministic (DDPG, TD3) or sampled squashed-Gaussian (SAC) actions after the random warm-up

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("ale_py", reason="optional dependency ale-py (pip install '.[atari]') is not installed")
 pytest.importorskip("cv2", reason="optional dependency opencv-python (pip install '.[atari]') is not installed")
@@ -17,7 +18,7 @@ import gymnasium as gym  # noqa: E402
 from ale_py.vector_env import AtariVectorEnv  # noqa: E402
 
 from environments import AtariGameStatistics, atari_emulator_settings
-from environments import concat_infos, make_atari_envs  # noqa: E402
+from environments import OnDevice, concat_infos, make_atari_envs  # noqa: E402
 
 
 def test_native_and_gymnasium_backends_agree_frame_for_frame():
@@ -242,6 +243,52 @@ def test_each_env_steps_the_same_in_two_pipelined_halves_as_in_one_batch(backend
         games += int(np.logical_or(terminated, truncated).sum())
         truncations += int(truncated.sum())
     assert games >= 5 and truncations >= 1, (games, truncations)
+    whole.close()
+    halves.close()
+
+
+def test_on_device_rollout_over_two_halves_stores_what_one_batch_steps_and_acts_while_the_other_half_steps():
+    # OnDevice.rollout over two halves against OnDevice.step of one batch, with the same actions per (step, env):
+    # every stored tensor, its dtype and the truncated envs' final frames agree, and act for a half comes before the
+    # other half's step of the previous rollout step is stored (the pipelining).
+    n, steps = 5, 120  # games of 400 frames: 100 steps
+    actions = torch.as_tensor(np.random.default_rng(0).integers(0, 4, (steps, n)))
+    whole = OnDevice(make_atari_envs("BreakoutNoFrameskip-v4", n, "ale-vector", max_frames=400), torch.device("cpu"))
+    halves = OnDevice(make_atari_envs("BreakoutNoFrameskip-v4", n, "ale-vector", max_frames=400, groups=2),
+                      torch.device("cpu"))
+    whole.reset(seed=3)
+    halves.reset(seed=3)
+    expected, got, calls = [], {}, []
+    for t in range(steps):
+        obs, reward, terminated, truncated, _ = whole.step(actions[t])
+        final = whole.truncated_final_obs()
+        expected.append((obs.clone(), reward, terminated, truncated, final))
+        assert obs.dtype == torch.uint8 and reward.dtype == torch.float32 and terminated.dtype == torch.bool
+
+    def act(step, half):
+        calls.append(("act", step, half.start))
+        return actions[step, half]
+
+    def store(step, half, obs, reward, terminated, truncated, info):
+        calls.append(("store", step, half.start))
+        got[step, half.start] = (obs.clone(), reward, terminated, truncated, halves.truncated_final_obs())
+
+    halves.rollout(steps, act, store)
+    assert calls[:6] == [("act", 0, 0), ("act", 0, 3), ("store", 0, 0), ("act", 1, 0), ("store", 0, 3), ("act", 1, 3)]
+    truncations = 0
+    for t, (obs, reward, terminated, truncated, final) in enumerate(expected):
+        for half in (slice(0, 3), slice(3, 5)):
+            h_obs, h_reward, h_terminated, h_truncated, h_final = got[t, half.start]
+            for mine, theirs in ((h_obs, obs), (h_reward, reward), (h_terminated, terminated),
+                                 (h_truncated, truncated)):
+                assert torch.equal(mine, theirs[half]), f"step {t}, envs {half}"
+            in_half = None if final is None else (final[0] >= half.start) & (final[0] < half.stop)
+            if in_half is None or not in_half.any():
+                assert h_final is None
+            else:
+                truncations += 1
+                assert torch.equal(h_final[0], final[0][in_half]) and torch.equal(h_final[1], final[1][in_half])
+    assert truncations >= 1
     whole.close()
     halves.close()
 

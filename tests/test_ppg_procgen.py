@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl.ppg_procgen import AuxBuffer, aux_buffer_bytes, aux_losses
+from cleanrl.ppg_procgen import AuxBuffer, aux_losses
 from environments import RewardNormalizer
 from environments import resolve_env_id
 from tests.helpers import read_scalars, run_script, single_run_dir, values
@@ -41,11 +41,11 @@ def test_aux_buffer_keeps_each_observation_beside_its_own_returns_logits_and_mas
     assert valid.tolist() == [False, True, True, False, True, False, True, True]  # code % 3 != 0
 
 
-def test_aux_buffer_footprint_matches_the_formula_and_the_documented_default():
+def test_aux_buffer_footprint_on_the_meta_device_matches_the_real_one_and_the_documented_default():
     buf = AuxBuffer(3, 2, 5, (3, 8, 8), n_actions=15)
-    assert buf.nbytes() == aux_buffer_bytes(3, 2, 5, (3, 8, 8), 15) == 30 * (192 + 4 + 60 + 1)
+    assert buf.nbytes() == AuxBuffer(3, 2, 5, (3, 8, 8), 15, "meta").nbytes() == 30 * (192 + 4 + 60 + 1)
     # defaults: 32 iterations x 64 envs x 256 steps = 524288 observations of 3x64x64 uint8, 15 actions
-    default = aux_buffer_bytes(32, 64, 256, (3, 64, 64), 15)
+    default = AuxBuffer(32, 64, 256, (3, 64, 64), 15, "meta").nbytes()
     assert default == 524288 * (12288 + 4 + 60 + 1) == 6_476_529_664
     assert default / 2**30 == pytest.approx(6.03, abs=0.005)
 
