@@ -370,7 +370,7 @@ class OnDevice(gym.vector.VectorWrapper):
     def __init__(self, env: gym.vector.VectorEnv, device: torch.device, obs_dtype: Optional[torch.dtype] = None):
         super().__init__(env)
         self.device, self.obs_dtype, self.staging = device, obs_dtype, speed.PinnedStaging(device)
-        self.truncated_only: tuple = (0, np.zeros(0, bool), {})  # truncated_final_obs(): the last step's
+        self.last: tuple = (0, np.zeros(0, bool), np.zeros(0, bool), {})  # the last step's, for truncated_final_obs
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -379,7 +379,7 @@ class OnDevice(gym.vector.VectorWrapper):
     def to_device(self, envs: slice, obs, reward, terminated, truncated, info) -> tuple:
         """What the step of the envs `envs` (a slice of the batch) returned, as (obs, reward, terminated, truncated,
         info) with the first four on the device."""
-        self.truncated_only = envs.start, np.logical_and(truncated, np.logical_not(terminated)), info
+        self.last = envs.start, terminated, truncated, info
         obs = self.staging.to_device(f"obs{envs.start}", obs, self.obs_dtype)
         if not speed.gpu_path(self.device):  # the arrays as tensors, no copy (the bool flags' memory is shared)
             return obs, torch.as_tensor(reward, dtype=torch.float32), torch.from_numpy(terminated), \
@@ -394,7 +394,10 @@ class OnDevice(gym.vector.VectorWrapper):
         """(envs, their final observations) on the device for the envs whose episode the last step truncated without
         terminating it: gymnasium's same-step autoreset keeps that observation in info["final_obs"]. None where there
         are none, the usual case, which the host knows without asking the device."""
-        start, only_truncated, info = self.truncated_only
+        start, terminated, truncated, info = self.last
+        if not truncated.any():
+            return None
+        only_truncated = np.logical_and(truncated, np.logical_not(terminated))
         if not only_truncated.any():
             return None
         envs = torch.as_tensor(start + np.flatnonzero(only_truncated), device=self.device)

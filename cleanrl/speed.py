@@ -212,7 +212,8 @@ class PinnedStaging:
 
     def to_device(self, name: str, array: np.ndarray, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         if not gpu_path(self.device):  # nothing to send: the array as a tensor (no copy, unless dtype converts)
-            return torch.as_tensor(array, dtype=dtype).to(self.device, non_blocking=True)
+            tensor = torch.as_tensor(array, dtype=dtype)
+            return tensor if self.device.type == "cpu" else tensor.to(self.device, non_blocking=True)
         array = np.asarray(array)
         turn = self.turns[name, array.shape] = self.turns.get((name, array.shape), -1) + 1
         key = (name, array.shape, turn % 2)
