@@ -20,9 +20,36 @@ import speed
 from messages import fail, say
 
 
+# Which scripts take which spaces (docs/get-started/your-own-environment.md has the same table): the space checks
+# below name them, so that a user whose environment one script refuses learns which script takes it.
+SCRIPTS_FOR_ACTIONS = {
+    "Discrete": ("ppo.py", "dqn.py", "c51.py"),
+    "Box": ("ppo_continuous_action.py", "ddpg_continuous_action.py", "td3_continuous_action.py",
+            "sac_continuous_action.py"),
+}
+ATARI_SCRIPTS = ("ppo_atari.py", "dqn_atari.py", "c51_atari.py", "ppo_atari_multigpu.py",
+                 "ppo_atari_envpool_xla_jax_scan.py")
+
+
+def listed(names) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+
+
+def observation_space_advice(space) -> str:
+    """What to do about an observation space the classic-control and MuJoCo scripts do not take, in a few words."""
+    kind = type(space).__name__
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 3:
+        return (f"images are taken by the Atari scripts ({listed(ATARI_SCRIPTS)}), on Atari games only: flatten "
+                "yours where you register the env (gymnasium's FlattenObservation)")
+    if isinstance(space, gym.spaces.Box):
+        return "flatten it where you register the env (gymnasium's FlattenObservation)"
+    return (f"no script takes a {kind} observation space: flatten it where you register the env (gymnasium's "
+            "FlattenObservation; the docs page 'Your own environment' shows how)")
+
+
 def probe_env(env_id: str, action_space: type, finite_actions: bool = False) -> gym.Env:
     """One environment, built to check the id and its spaces before any work starts; fails in one line that names
-    the script running (the file python was given)."""
+    the script running (the file python was given) and the scripts that take the space it refuses."""
     script = os.path.basename(sys.argv[0])
     try:
         env = gym.make(env_id)
@@ -31,15 +58,19 @@ def probe_env(env_id: str, action_space: type, finite_actions: bool = False) -> 
     space, obs_space = env.action_space, env.observation_space
     kind = "Discrete" if action_space is gym.spaces.Discrete else "Box (continuous)"
     if not isinstance(space, action_space):
-        fail(f"{env_id} has action space {space}; {script} supports {kind} actions only")
+        found = type(space).__name__
+        takers = SCRIPTS_FOR_ACTIONS.get(found)
+        fail(f"{env_id} has action space {space}; {script} supports {kind} actions only ("
+             + (f"{found} actions: {listed(takers)})" if takers else f"no script takes {found} actions)"))
     if action_space is gym.spaces.Box:
         if len(space.shape) != 1:
-            fail(f"{env_id} has action shape {space.shape}; {script} supports 1-D Box actions only")
+            fail(f"{env_id} has action shape {space.shape}; {script} supports 1-D Box actions only, as every "
+                 "continuous script does: reshape the action in a wrapper where you register the env")
         if finite_actions and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             fail(f"{env_id} has unbounded action space {space}; {script} needs finite low and high bounds")
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         fail(f"{env_id} has observation space {obs_space}; {script} supports flat Box observations only (a 1-D "
-             "array of numbers: flatten a Dict or Tuple space with gymnasium's FlattenObservation)")
+             f"array of numbers); {observation_space_advice(obs_space)}")
     return env
 
 
