@@ -17,7 +17,7 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
 import speed
-from messages import fail, say
+from messages import fail, say, warn
 
 
 # Which scripts take which spaces (docs/get-started/your-own-environment.md has the same table): the space checks
@@ -47,12 +47,48 @@ def observation_space_advice(space) -> str:
             "FlattenObservation; the docs page 'Your own environment' shows how)")
 
 
+def make(env_id: str, **kwargs) -> gym.Env:
+    """gym.make, without output that neither comes from the run nor means a problem. Rendering for --capture-video
+    (render_mode="rgb_array"): the classic-control envs draw with pygame, which asks SDL for a display even though it
+    draws on plain surfaces, and without one SDL prints "error: XDG_RUNTIME_DIR is invalid or not set"; SDL's dummy
+    video driver (unless SDL_VIDEODRIVER is set) opens no display. Gymnasium's MuJoCo envs: quiet_mujoco()."""
+    if kwargs.get("render_mode") == "rgb_array":
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    try:
+        entry_point = gym.spec(env_id).entry_point
+    except gym.error.Error:  # an id of another module (mypkg:Corridor-v0): its package imports on make
+        entry_point = None
+    if isinstance(entry_point, str) and entry_point.startswith("gymnasium.envs.mujoco"):
+        quiet_mujoco()
+    return gym.make(env_id, **kwargs)
+
+
+# MuJoCo warnings that say nothing about the run: gymnasium's HalfCheetah model (half_cheetah.xml) sets the compiler
+# attribute settotalmass, which MuJoCo 3.3 and later deprecate, so every HalfCheetah made (probe, training envs,
+# evaluation) printed the warning and appended it to MUJOCO_LOG.TXT in the working directory. The model compiles as
+# before; the fix belongs to gymnasium's asset.
+MUJOCO_NOISE = ("compiler attribute 'settotalmass' is deprecated",)
+
+
+def mujoco_warning(message: str) -> None:
+    if not any(noise in message for noise in MUJOCO_NOISE):
+        warn(f"MuJoCo: {message}")
+
+
+def quiet_mujoco() -> None:
+    """MuJoCo's warnings through mujoco_warning: the ones in MUJOCO_NOISE dropped, every other one a `warning:`
+    line on stderr (none written to MUJOCO_LOG.TXT)."""
+    import mujoco
+
+    mujoco.set_mju_user_warning(mujoco_warning)
+
+
 def probe_env(env_id: str, action_space: type, finite_actions: bool = False) -> gym.Env:
     """One environment, built to check the id and its spaces before any work starts; fails in one line that names
     the script running (the file python was given) and the scripts that take the space it refuses."""
     script = os.path.basename(sys.argv[0])
     try:
-        env = gym.make(env_id)
+        env = make(env_id)
     except gym.error.Error as e:
         fail(f"cannot make environment {env_id!r}: {e}")
     space, obs_space = env.action_space, env.observation_space
@@ -77,8 +113,8 @@ def probe_env(env_id: str, action_space: type, finite_actions: bool = False) -> 
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk():
         if capture_video and idx == 0:
-            return gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array"), f"videos/{run_name}")
-        return gym.make(env_id)
+            return gym.wrappers.RecordVideo(make(env_id, render_mode="rgb_array"), f"videos/{run_name}")
+        return make(env_id)
     return thunk
 
 

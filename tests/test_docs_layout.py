@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_docs import docs_build_env
+
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH = 1280
 
@@ -46,7 +48,7 @@ return wide;
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=docs_build_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
