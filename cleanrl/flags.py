@@ -64,7 +64,11 @@ class RunArgs:
     checkpoint_frequency: NonNegativeInt = 0
     """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT, SIGTERM, SIGHUP)"""
     resume: Optional[str] = None
-    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
+    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any (a
+    finished run trains on when --total-timesteps is larger than its own)"""
+    init_from: Optional[str] = None
+    """start a new run from the weights of a saved model (a .cleanrl_model, or a run directory with one); the
+    optimizer, the schedules and the step count start afresh"""
     eval_only: Optional[str] = None
     """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
     progress: bool = True
@@ -169,6 +173,11 @@ def check_run_flags(args) -> None:
              "runs/ and appears in one-line messages")
     if args.eval_only is not None and args.resume is not None:
         fail("--eval-only evaluates a saved model and --resume continues a run's training; give one of them")
+    for other in ("resume", "eval_only"):
+        if flag_given("init_from") is not None and flag_given(other) is not None:
+            fail(f"--init-from starts a new run from a model's weights and --{other.replace('_', '-')} "
+                 f"{'continues a run with its own' if other == 'resume' else 'evaluates a saved model'}; give one "
+                 "of them")
     if args.capture_video:
         try:
             import moviepy  # noqa: F401 (gymnasium's video writer imports it only once the first video is saved)
@@ -228,7 +237,8 @@ def resumed_args(args_cls, checkpoint: dict):
     check_flag_ranges in the caller."""
     saved = saved_args(args_cls, checkpoint["args"], checkpoint["loaded_from"])
     args = tyro.cli(args_cls, default=saved)
-    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
+    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)
+               and not (k == "total_timesteps" and v > getattr(saved, k))]  # a larger budget: the run trains on
     if changed:
         fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
                                           for k in changed) + " when resuming")
