@@ -143,3 +143,29 @@ def on_config(config):
 def on_page_markdown(markdown, page, config, files):
     _STATE["page"] = page.file.src_uri
     return expand(markdown)
+
+
+# Inline code keeps its words whole: a browser may break a line after a hyphen, a slash or a dot, so on a narrow
+# screen `--resume` could show as `--` / `resume`. Each word of inline code (not of code blocks, which wrap as they
+# must) goes into a span that the line breaks around, not inside (docs/assets/extra.css, .nobreak); a word wider
+# than the whole column still breaks inside, in its own box. In a table on a phone only a word longer than
+# LONG_WORD characters (a path, an ARN) may break inside, so that short ones (flags, env ids) stay whole and the
+# table still fits.
+LONG_WORD = 20
+CODE_OR_PRE = re.compile(r"(?P<pre><pre\b.*?</pre>)|<code>(?P<code>[^<]*)</code>", re.DOTALL)
+
+
+def keep_words_whole(html: str) -> str:
+    def replace(m: re.Match) -> str:
+        if m["pre"]:
+            return m["pre"]
+        words = re.split(r"(\s+)", m["code"])
+        return "<code>" + "".join(w if not w or w.isspace() else
+                                  f'<span class="nobreak{" long" if len(w) > LONG_WORD else ""}">{w}</span>'
+                                  for w in words) + "</code>"
+
+    return CODE_OR_PRE.sub(replace, html)
+
+
+def on_page_content(html, page, config, files):
+    return keep_words_whole(html)
