@@ -9,8 +9,9 @@ The same functions serve tests/test_docs.py, which runs the commands the docs sh
 
 Links to repository files outside docs/ (README.md's script table links cleanrl/ppo.py, which the home page
 includes) have no page on the site. With `repo_url` set in mkdocs.yml they are rewritten to the file on the
-repository host, after the snippets are included; without it (the default until the project has a public home)
-the link becomes its text, so no link points at another project's repository. A link that resolves to neither a
+repository host, after the snippets are included, and a script's name in code in a table row (`ppo.py` in an
+algorithm page's table of variants) becomes a link to its source there; without it (the default until the
+project has a public home) the link becomes its text, so no link points at another project's repository. A link that resolves to neither a
 docs file nor a repository file is left alone, so `mkdocs build --strict` still fails on it.
 """
 
@@ -87,8 +88,28 @@ def repository_link(target: str, page_src: str) -> str | None:
 UNLINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>[^)\s#]+)(?:#[^)\s]*)?\)")
 
 
+# A script's name in a table (`ppo.py`, `cleanrl/ppo.py`, `benchmark/report.py`), not already a link's text
+SCRIPT_NAME = re.compile(r"(?<!\[)`(?P<name>(?:(?:cleanrl|benchmark|cloud)/)?\w+\.(?:py|sh))`(?!\])")
+
+
+def link_script_names(markdown: str, repo_url: str) -> str:
+    """In table rows, the name of a repository script in code becomes a link to its source at repo_url (a bare
+    name is looked for in cleanrl/); other code is left as it is."""
+
+    def replace(m: re.Match) -> str:
+        name = m["name"]
+        path = name if "/" in name else f"cleanrl/{name}"
+        if not (ROOT / path).is_file():
+            return m[0]
+        return f"[`{name}`]({repo_url.rstrip('/')}/blob/{BRANCH}/{path})"
+
+    return "\n".join(SCRIPT_NAME.sub(replace, line) if line.lstrip().startswith("|") else line
+                     for line in markdown.split("\n"))
+
+
 def rewrite_repository_links(markdown: str, page_src: str, repo_url: str | None) -> str:
-    """Links to repository files point at repo_url; without repo_url they become their text."""
+    """Links to repository files point at repo_url, and script names in tables link to their source there;
+    without repo_url (until the project has a public home) links to repository files become their text."""
     if not repo_url:
 
         def unlink(m: re.Match) -> str:
@@ -106,7 +127,7 @@ def rewrite_repository_links(markdown: str, page_src: str, repo_url: str | None)
             return m[0]
         return f"{m['head']}{repo_url.rstrip('/')}/blob/{BRANCH}/{path}{m['tail']}"
 
-    return LINK.sub(replace, markdown)
+    return link_script_names(LINK.sub(replace, markdown), repo_url)
 
 
 class _RepositoryLinks(Preprocessor):

@@ -418,3 +418,17 @@ def test_the_off_policy_pages_give_the_width_the_script_names(name):
     rows = [line for line in (ROOT / "docs" / "rl-algorithms" / f"{name}.md").read_text().splitlines()
             if line.startswith("| Networks |")]
     assert len(rows) == 1 and f"{width}-{width} ReLU MLPs" in rows[0], rows
+
+
+def test_script_names_in_tables_link_to_their_source_once_the_site_has_a_repository():
+    from docs.hooks import rewrite_repository_links
+
+    page = "| `ppo.py` | `cleanrl/dqn.py` | `benchmark/report.py` | `no_such.py` | [`c51.py`](x) |\nsee `ppo.py`"
+    linked = rewrite_repository_links(page, "rl-algorithms/ppo.md", "https://example.org/cleanrl/")
+    assert linked == (
+        "| [`ppo.py`](https://example.org/cleanrl/blob/main/cleanrl/ppo.py) "
+        "| [`cleanrl/dqn.py`](https://example.org/cleanrl/blob/main/cleanrl/dqn.py) "
+        "| [`benchmark/report.py`](https://example.org/cleanrl/blob/main/benchmark/report.py) | `no_such.py` "
+        "| [`c51.py`](x) |\nsee `ppo.py`")  # a file that exists, in a table row, not already a link
+    # without a repository (mkdocs.yml's repo_url stays unset until the project has a public home): no link
+    assert rewrite_repository_links(page, "rl-algorithms/ppo.md", None) == page
