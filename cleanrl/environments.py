@@ -51,7 +51,8 @@ def make(env_id: str, **kwargs) -> gym.Env:
     """gym.make, without output that neither comes from the run nor means a problem. Rendering for --capture-video
     (render_mode="rgb_array"): the classic-control envs draw with pygame, which asks SDL for a display even though it
     draws on plain surfaces, and without one SDL prints "error: XDG_RUNTIME_DIR is invalid or not set"; SDL's dummy
-    video driver (unless SDL_VIDEODRIVER is set) opens no display. Gymnasium's MuJoCo envs: quiet_mujoco()."""
+    video driver (unless SDL_VIDEODRIVER is set) opens no display. Gymnasium's MuJoCo envs: quiet_mujoco(), and
+    their frames drawn through EGL on a Linux machine without a display (unless MUJOCO_GL is set)."""
     if kwargs.get("render_mode") == "rgb_array":
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
@@ -60,7 +61,14 @@ def make(env_id: str, **kwargs) -> gym.Env:
         entry_point = None
     if isinstance(entry_point, str) and entry_point.startswith("gymnasium.envs.mujoco"):
         quiet_mujoco()
+        if kwargs.get("render_mode") == "rgb_array" and headless_linux():
+            os.environ.setdefault("MUJOCO_GL", "egl")  # its default, GLFW, needs a display: without one it crashes
     return gym.make(env_id, **kwargs)
+
+
+def headless_linux() -> bool:
+    """Linux without a display server (a server, a batch job): rendering must go through EGL, off screen."""
+    return sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 # MuJoCo warnings that say nothing about the run: gymnasium's HalfCheetah model (half_cheetah.xml) sets the compiler

@@ -34,6 +34,17 @@ def test_capture_video_on_a_machine_without_a_display_says_no_error(workdir):
     assert list((workdir / "videos" / single_run_dir(workdir).name).glob("*.mp4"))
 
 
+@pytest.mark.heavy  # about 20 s: MuJoCo draws its frames in software
+def test_capture_video_of_a_mujoco_env_on_a_machine_without_a_display_draws_through_egl(workdir):
+    pytest.importorskip("mujoco")
+    pytest.importorskip("moviepy")
+    proc = run_script("ppo_continuous_action.py", "--env-id", "HalfCheetah-v5", "--num-envs", "1", "--num-steps", "64",
+                      "--total-timesteps", "128", "--capture-video", "--eval-episodes", "0", "--no-progress",
+                      cwd=workdir, env=headless_env())  # MuJoCo's default, GLFW, crashed here without a display
+    assert "error" not in (proc.stdout + proc.stderr).lower(), proc.stderr
+    assert list((workdir / "videos" / single_run_dir(workdir).name).glob("*.mp4"))
+
+
 def test_gymnasiums_halfcheetah_builds_without_mujocos_deprecation_and_leaves_no_log_file(tmp_path):
     pytest.importorskip("mujoco")
     code = ("import sys, gymnasium as gym, environments; sys.argv = ['ppo_continuous_action.py']; "
