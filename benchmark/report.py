@@ -560,7 +560,8 @@ def main(args: Args) -> None:
             "|---|---|---|---|---|---|",
         ]
         for row in agg:
-            cells = [f"{fmt(row[n], 3)} [{fmt(row[n + '_ci_low'], 3)}, {fmt(row[n + '_ci_high'], 3)}]" for n in ("iqm", "mean", "median")]
+            cells = [f"{fmt(row[n], 3)} [{fmt(row[n + '_ci_low'], 3)}, {fmt(row[n + '_ci_high'], 3)}]"
+                     for n in ("iqm", "mean", "median")]
             lines.append(f"| {row['label']} | {row['envs']} | {row['runs']} | " + " | ".join(cells) + " |")
         lines += ["", "| env | low | high | source of the bounds |", "|---|---|---|---|"]
         lines += [f"| {e} | {fmt(bounds[e][0])} | {fmt(bounds[e][1])} | {source[e]} |" for e in common]

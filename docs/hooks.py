@@ -11,8 +11,9 @@ Links to repository files outside docs/ (README.md's script table links cleanrl/
 includes) have no page on the site. With `repo_url` set in mkdocs.yml they are rewritten to the file on the
 repository host, after the snippets are included, and a script's name in code in a table row (`ppo.py` in an
 algorithm page's table of variants) becomes a link to its source there; without it (the default until the
-project has a public home) the link becomes its text, so no link points at another project's repository. A link that resolves to neither a
-docs file nor a repository file is left alone, so `mkdocs build --strict` still fails on it.
+project has a public home) the link becomes its text, so no link points at another project's repository. A link
+that resolves to neither a docs file nor a repository file is left alone, so `mkdocs build --strict` still fails
+on it.
 """
 
 import ast
