@@ -463,7 +463,7 @@ class Run:
             loaded.append(key)
         for key, target in modules.items():
             built_as = key.replace("target", "").strip("_")  # target_actor: actor; qf1_target: qf1
-            twin = [k for k in loaded if "target" in key and k != key and (k or "").endswith(built_as)
+            twin = [k for k in loaded if "target" in key and k != key and k in modules and k.endswith(built_as)
                     and isinstance(target, nn.Module) and state_mismatch(target, modules[k].state_dict()) is None]
             if twin:  # (target_network: q_network)
                 target.load_state_dict(modules[twin[0]].state_dict())
