@@ -411,7 +411,11 @@ steps) are one shell file per script, for a machine with GPUs:
 - `benchmark/report.py` draws curves and tables from kept files or TensorBoard event files, and compares result
   folders on the same axes (`--results old/ppo new/ppo --labels before after`), with an aggregate over envs (IQM
   and mean of normalized scores with stratified-bootstrap intervals, after Agarwal et al. 2021,
-  [Deep RL at the Edge of the Statistical Precipice](https://arxiv.org/abs/2108.13264)).
+  [Deep RL at the Edge of the Statistical Precipice](https://arxiv.org/abs/2108.13264)). A score is normalized
+  by known references, 0 at the low and 1 at the high one (`benchmark/reference_scores.py`): Atari's random and
+  human scores, Procgen's R_min and R_max, and elsewhere random actions and the best return upstream CleanRL
+  published for the env. An env without references (`--bounds ENV=LOW:HIGH` gives them) is left out of the
+  aggregate, and with none left the report gives no aggregate and says why.
 - `benchmark/throughput.py` measures every script plain and with its speed flags, beside Stable-Baselines3 (in its
   own virtual environment: `python benchmark/throughput.py --setup-sb3-venv benchmark/results/.venv-sb3`) and the
   raw environment, alternating them so load noise hits all alike.

@@ -23,7 +23,8 @@ Writes to --out:
     summary.md / summary.csv   per env and label: final return (mean, std, 95% CI; per seed in the csv), SPS, steps, runs
     runs.csv                   per run: final return, SPS, steps, episodes, event directory
     aggregate.md / .csv / .png IQM and mean of normalized final returns over all runs x envs, with 95%
-                               stratified-bootstrap confidence intervals (Agarwal et al. 2021)
+                               stratified-bootstrap confidence intervals (Agarwal et al. 2021); only where
+                               the envs have reference scores or --bounds (else aggregate.md says why)
 
 Definitions (also in docs/benchmark.md):
 - final return of a run: the mean `charts/episodic_return` of the episodes that ended in the last
@@ -35,8 +36,10 @@ Definitions (also in docs/benchmark.md):
   none with one run). A mean of resampled runs never leaves their range, so the band stays inside the data
   (a t-interval of 3 runs can reach past the possible returns).
 - normalized score: (final return - low) / (high - low) per env, with (low, high) from --bounds ENV=LOW:HIGH, or
-  else the min and max final return over all runs of all labels in that env (then 0 = worst run, 1 = best run,
-  so the aggregate compares the labels with each other; it is not an absolute score).
+  else the env's reference scores (benchmark/reference_scores.py: Atari random and human, Procgen's R_min and
+  R_max, random actions and the best published CleanRL return). An env with neither is left out of the aggregate,
+  and with no env left there is no aggregate: aggregate.md says why. (Bounds from the runs' own min and max
+  would put every report near 0.5.)
 - IQM: the mean of the middle 50% of the pooled (runs x envs) normalized scores (int(n/4) cut from each end, as
   scipy.stats.trim_mean(x, 0.25)). CI: percentile interval of --bootstrap-reps stratified bootstrap replicates,
   each resampling the runs of every env with replacement, separately per env.
@@ -64,6 +67,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmark.kept import find_kept, read_event_scalars, read_kept  # noqa: E402  (a tool, not an algorithm script)
+from benchmark.reference_scores import reference  # noqa: E402
 
 
 @dataclass
@@ -85,7 +89,8 @@ class Args:
     num_points: int = 100
     """the number of step values a curve is interpolated onto"""
     bounds: list[str] = field(default_factory=list)
-    """ENV=LOW:HIGH score bounds for the normalization, e.g. CartPole-v1=0:500; other envs use min/max over runs"""
+    """ENV=LOW:HIGH score bounds for the normalization, e.g. CartPole-v1=0:500; other envs use their reference
+    scores (benchmark/reference_scores.py), and an env without any is left out of the aggregate"""
     bootstrap_reps: int = 2000
     """the number of bootstrap replicates of the curve bands and of the aggregate confidence intervals"""
     seed: int = 0
@@ -525,14 +530,15 @@ def main(args: Args) -> None:
     def has_final(env_id: str, label: str) -> bool:
         return any(not math.isnan(r.final_return) for r in by.get((env_id, label), []))
 
-    common = [e for e in envs if all(has_final(e, label) for label in labels)]
+    finished = [e for e in envs if all(has_final(e, label) for label in labels)]
     bounds, source = {}, {}
-    for env_id in common:
+    for env_id in finished:
+        known = reference(env_id)
         if env_id in user_bounds:
             bounds[env_id], source[env_id] = user_bounds[env_id], "--bounds"
-        else:
-            finals = np.array([r.final_return for r in runs if r.env_id == env_id])
-            bounds[env_id], source[env_id] = (float(np.nanmin(finals)), float(np.nanmax(finals))), "min/max over runs"
+        elif known is not None:
+            bounds[env_id], source[env_id] = (known.low, known.high), known.source
+    common = [e for e in finished if e in bounds]  # the envs whose scores mean the same for every label
     rng = np.random.default_rng(args.seed)
     agg = []
     for label in labels:
@@ -545,21 +551,30 @@ def main(args: Args) -> None:
             point, lo, hi = stratified_bootstrap_ci(per_env, stat, args.bootstrap_reps, rng)
             row.update({name: point, f"{name}_ci_low": lo, f"{name}_ci_high": hi})
         agg.append(row)
-    lines = [
-        f"Aggregate over {len(common)} envs ({', '.join(common)}), normalized final returns, "
-        f"95% stratified-bootstrap CIs ({args.bootstrap_reps} replicates).",
-        "",
-        "| label | envs | runs | IQM [95% CI] | mean [95% CI] | median [95% CI] |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in agg:
-        cells = [f"{fmt(row[n], 3)} [{fmt(row[n + '_ci_low'], 3)}, {fmt(row[n + '_ci_high'], 3)}]" for n in ("iqm", "mean", "median")]
-        lines.append(f"| {row['label']} | {row['envs']} | {row['runs']} | " + " | ".join(cells) + " |")
-    lines += ["", "| env | low | high | source of the bounds |", "|---|---|---|---|"]
-    lines += [f"| {e} | {fmt(bounds[e][0])} | {fmt(bounds[e][1])} | {source[e]} |" for e in common]
-    excluded = [e for e in envs if e not in common]
-    if excluded:
-        lines += ["", f"Not in the aggregate (no finished episode for every label): {', '.join(excluded)}."]
+    if common:
+        lines = [
+            f"Aggregate over {len(common)} envs ({', '.join(common)}), normalized final returns (0: the low bound, "
+            f"1: the high bound), 95% stratified-bootstrap CIs ({args.bootstrap_reps} replicates).",
+            "",
+            "| label | envs | runs | IQM [95% CI] | mean [95% CI] | median [95% CI] |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in agg:
+            cells = [f"{fmt(row[n], 3)} [{fmt(row[n + '_ci_low'], 3)}, {fmt(row[n + '_ci_high'], 3)}]"
+                     for n in ("iqm", "mean", "median")]
+            lines.append(f"| {row['label']} | {row['envs']} | {row['runs']} | " + " | ".join(cells) + " |")
+        lines += ["", "| env | low | high | source of the bounds |", "|---|---|---|---|"]
+        lines += [f"| {e} | {fmt(bounds[e][0])} | {fmt(bounds[e][1])} | {source[e]} |" for e in common]
+    else:
+        lines = ["No aggregate: " + ("no env has a finished episode for every label." if not finished else
+                 f"no reference scores for {', '.join(finished)}, so a normalized score would mean nothing (the "
+                 "runs' own min and max make any report read about 0.5). Give --bounds ENV=LOW:HIGH for each env.")]
+    unfinished = [e for e in envs if e not in finished]
+    if unfinished:
+        lines += ["", f"Not in the aggregate (no finished episode for every label): {', '.join(unfinished)}."]
+    unknown = [e for e in finished if e not in bounds]
+    if unknown and common:
+        lines += ["", f"Not in the aggregate (no reference scores; give --bounds ENV=LOW:HIGH): {', '.join(unknown)}."]
     (out / "aggregate.md").write_text("\n".join(lines) + "\n")
     if agg:
         with open(out / "aggregate.csv", "w", newline="") as f:
@@ -589,7 +604,8 @@ def main(args: Args) -> None:
     print("\n".join(lines))
     for note in notes:
         print(f"\n{note}")
-    print(f"\nwrote {len(envs)} env figures, curves.png, summary.md/csv, runs.csv, aggregate.md/csv/png to {out}")
+    print(f"\nwrote {len(envs)} env figures, curves.png, summary.md/csv, runs.csv, "
+          f"{'aggregate.md/csv/png' if agg else 'aggregate.md'} to {out}")
 
 
 if __name__ == "__main__":

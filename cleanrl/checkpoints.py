@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from flags import plain_name_problem
+from flags import flag_given, plain_name_problem
 from messages import describe_os_error, fail, first_line, say, warn
 
 
@@ -286,8 +286,9 @@ def find_resume_checkpoint(args, script: str) -> Optional[dict]:
         path = checkpoint_path_of(args.resume)
         hold_run_directory(os.path.dirname(path) or ".")
         checkpoint = load_checkpoint(path, script, DAMAGED_HINT)
-        if checkpoint["finished"]:
-            fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume")
+        if checkpoint["finished"] and not extends(args, checkpoint):
+            fail(f"{path} is the end of a finished run (global step {checkpoint['global_step']}); nothing to resume "
+                 "(give a larger --total-timesteps to train it on)")
         return checkpoint
     prefix = run_prefix(args)
     try:
@@ -316,10 +317,19 @@ def find_resume_checkpoint(args, script: str) -> Optional[dict]:
     newest = max(started, key=started.get)
     hold_run_directory(os.path.dirname(newest))
     checkpoint = load_checkpoint(newest, script, DAMAGED_HINT)
-    if checkpoint["finished"]:  # a restart after the run ended must not train again
+    if checkpoint["finished"] and not extends(args, checkpoint):  # a restart after the run ended must not train again
         say(f"{os.path.dirname(newest)} has already finished; nothing to resume")
         raise SystemExit(0)
     return checkpoint
+
+
+def extends(args, checkpoint: dict) -> bool:
+    """Whether the command line gives --total-timesteps above the checkpoint's: a finished run then trains on."""
+    given, saved = flag_given("total_timesteps"), checkpoint["args"].get("total_timesteps")
+    try:
+        return given is not None and is_count(saved) and int(given) > saved
+    except ValueError:  # not a number: the flag parser has said so already
+        return False
 
 
 def rng_state() -> dict:

@@ -17,37 +17,112 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
 import speed
-from messages import fail, say
+from messages import fail, say, warn
+
+
+# Which scripts take which spaces (docs/get-started/your-own-environment.md has the same table): the space checks
+# below name them, so that a user whose environment one script refuses learns which script takes it.
+SCRIPTS_FOR_ACTIONS = {
+    "Discrete": ("ppo.py", "dqn.py", "c51.py"),
+    "Box": ("ppo_continuous_action.py", "ddpg_continuous_action.py", "td3_continuous_action.py",
+            "sac_continuous_action.py"),
+}
+ATARI_SCRIPTS = ("ppo_atari.py", "dqn_atari.py", "c51_atari.py", "ppo_atari_multigpu.py",
+                 "ppo_atari_envpool_xla_jax_scan.py")
+
+
+def listed(names) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+
+
+def observation_space_advice(space) -> str:
+    """What to do about an observation space the classic-control and MuJoCo scripts do not take, in a few words."""
+    kind = type(space).__name__
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 3:
+        return (f"images are taken by the Atari scripts ({listed(ATARI_SCRIPTS)}), on Atari games only: flatten "
+                "yours where you register the env (gymnasium's FlattenObservation)")
+    if isinstance(space, gym.spaces.Box):
+        return "flatten it where you register the env (gymnasium's FlattenObservation)"
+    return (f"no script takes a {kind} observation space: flatten it where you register the env (gymnasium's "
+            "FlattenObservation; the docs page 'Your own environment' shows how)")
+
+
+def make(env_id: str, **kwargs) -> gym.Env:
+    """gym.make, without output that neither comes from the run nor means a problem. Rendering for --capture-video
+    (render_mode="rgb_array"): the classic-control envs draw with pygame, which asks SDL for a display even though it
+    draws on plain surfaces, and without one SDL prints "error: XDG_RUNTIME_DIR is invalid or not set"; SDL's dummy
+    video driver (unless SDL_VIDEODRIVER is set) opens no display. Gymnasium's MuJoCo envs: quiet_mujoco(), and
+    their frames drawn through EGL on a Linux machine without a display (unless MUJOCO_GL is set)."""
+    if kwargs.get("render_mode") == "rgb_array":
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    try:
+        entry_point = gym.spec(env_id).entry_point
+    except gym.error.Error:  # an id of another module (mypkg:Corridor-v0): its package imports on make
+        entry_point = None
+    if isinstance(entry_point, str) and entry_point.startswith("gymnasium.envs.mujoco"):
+        quiet_mujoco()
+        if kwargs.get("render_mode") == "rgb_array" and headless_linux():
+            os.environ.setdefault("MUJOCO_GL", "egl")  # its default, GLFW, needs a display: without one it crashes
+    return gym.make(env_id, **kwargs)
+
+
+def headless_linux() -> bool:
+    """Linux without a display server (a server, a batch job): rendering must go through EGL, off screen."""
+    return sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+# MuJoCo warnings that say nothing about the run: gymnasium's HalfCheetah model (half_cheetah.xml) sets the compiler
+# attribute settotalmass, which MuJoCo 3.3 and later deprecate, so every HalfCheetah made (probe, training envs,
+# evaluation) printed the warning and appended it to MUJOCO_LOG.TXT in the working directory. The model compiles as
+# before; the fix belongs to gymnasium's asset.
+MUJOCO_NOISE = ("compiler attribute 'settotalmass' is deprecated",)
+
+
+def mujoco_warning(message: str) -> None:
+    if not any(noise in message for noise in MUJOCO_NOISE):
+        warn(f"MuJoCo: {message}")
+
+
+def quiet_mujoco() -> None:
+    """MuJoCo's warnings through mujoco_warning: the ones in MUJOCO_NOISE dropped, every other one a `warning:`
+    line on stderr (none written to MUJOCO_LOG.TXT)."""
+    import mujoco
+
+    mujoco.set_mju_user_warning(mujoco_warning)
 
 
 def probe_env(env_id: str, action_space: type, finite_actions: bool = False) -> gym.Env:
     """One environment, built to check the id and its spaces before any work starts; fails in one line that names
-    the script running (the file python was given)."""
+    the script running (the file python was given) and the scripts that take the space it refuses."""
     script = os.path.basename(sys.argv[0])
     try:
-        env = gym.make(env_id)
+        env = make(env_id)
     except gym.error.Error as e:
         fail(f"cannot make environment {env_id!r}: {e}")
     space, obs_space = env.action_space, env.observation_space
     kind = "Discrete" if action_space is gym.spaces.Discrete else "Box (continuous)"
     if not isinstance(space, action_space):
-        fail(f"{env_id} has action space {space}; {script} supports {kind} actions only")
+        found = type(space).__name__
+        takers = SCRIPTS_FOR_ACTIONS.get(found)
+        fail(f"{env_id} has action space {space}; {script} supports {kind} actions only ("
+             + (f"{found} actions: {listed(takers)})" if takers else f"no script takes {found} actions)"))
     if action_space is gym.spaces.Box:
         if len(space.shape) != 1:
-            fail(f"{env_id} has action shape {space.shape}; {script} supports 1-D Box actions only")
+            fail(f"{env_id} has action shape {space.shape}; {script} supports 1-D Box actions only, as every "
+                 "continuous script does: reshape the action in a wrapper where you register the env")
         if finite_actions and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             fail(f"{env_id} has unbounded action space {space}; {script} needs finite low and high bounds")
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         fail(f"{env_id} has observation space {obs_space}; {script} supports flat Box observations only (a 1-D "
-             "array of numbers: flatten a Dict or Tuple space with gymnasium's FlattenObservation)")
+             f"array of numbers); {observation_space_advice(obs_space)}")
     return env
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk():
         if capture_video and idx == 0:
-            return gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array"), f"videos/{run_name}")
-        return gym.make(env_id)
+            return gym.wrappers.RecordVideo(make(env_id, render_mode="rgb_array"), f"videos/{run_name}")
+        return make(env_id)
     return thunk
 
 

@@ -6,10 +6,13 @@ A numeric flag carries its range in its type, beside the flag in the file that o
 Range("[1, inf)")] or one of the names below (PositiveInt, UnitFloat, ...). check_flag_ranges checks every flag
 against it, and every float flag must also be finite (tyro reads "nan" and "inf")."""
 
+import ast
 import dataclasses
+import inspect
 import math
 import os
 import sys
+import textwrap
 import typing
 import unicodedata
 from dataclasses import asdict, dataclass
@@ -61,7 +64,11 @@ class RunArgs:
     checkpoint_frequency: NonNegativeInt = 0
     """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT, SIGTERM, SIGHUP)"""
     resume: Optional[str] = None
-    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any"""
+    """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any (a
+    finished run trains on when --total-timesteps is larger than its own)"""
+    init_from: Optional[str] = None
+    """start a new run from the weights of a saved model (a .cleanrl_model, or a run directory with one); the
+    optimizer, the schedules and the step count start afresh"""
     eval_only: Optional[str] = None
     """only evaluate a saved model (checkpoint, run directory or .cleanrl_model), print mean and std return"""
     progress: bool = True
@@ -80,13 +87,40 @@ class RunArgs:
 def with_run_flags(cls):
     """A script's flags (a dataclass) followed by the run flags of RunArgs, as one dataclass: `--help` lists the
     algorithm's flags first. A run flag the script declares again (a default of its own) keeps the script's default
-    and its place. A script whose runs are filed under another id than --env-id defines run_env_id()."""
-    own = {f.name: f for f in dataclasses.fields(cls) if f.name in {g.name for g in dataclasses.fields(RunArgs)}}
+    and its place. A script whose runs are filed under another id than --env-id defines run_env_id(). A flag whose
+    docstring spans lines gets it as one paragraph of help (one_line_help)."""
+    run_fields = {g.name for g in dataclasses.fields(RunArgs)}
+    own = {f.name: f for f in dataclasses.fields(cls) if f.name in run_fields}
+    docs = {**field_docstrings(RunArgs), **field_docstrings(cls)}
+    fields = {f.name: f for f in (*dataclasses.fields(RunArgs), *dataclasses.fields(cls))}  # the script's win
     written = cls.__doc__ if not (cls.__doc__ or "").startswith(f"{cls.__name__}(") else None  # not dataclass's
     namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": written,
                  "__annotations__": {name: f.type for name, f in own.items()}}
     namespace.update((name, f.default) for name, f in own.items())
+    for name, f in fields.items():
+        if "\n" not in docs.get(name, ""):
+            continue
+        namespace["__annotations__"][name] = Annotated[f.type, tyro.conf.arg(help=one_line_help(docs[name]))]
+        namespace[name] = dataclasses.field(default=f.default, default_factory=f.default_factory)
     return dataclass(type(cls.__name__, (RunArgs, cls), namespace))
+
+
+def field_docstrings(cls) -> dict[str, str]:
+    """{field: the string literal under it} in the class's source (what tyro shows as the flag's help)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):  # no source (a class made at run time): tyro finds no docstrings either
+        return {}
+    body = tree.body[0].body
+    return {a.target.id: b.value.value for a, b in zip(body, body[1:]) if isinstance(a, ast.AnnAssign)
+            and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)}
+
+
+def one_line_help(docstring: str) -> str:
+    """A field docstring that spans lines, as one paragraph: tyro 1.0 keeps the break before an indented line, so
+    `--help` would show a line cut in the middle of a sentence."""
+    return " ".join(docstring.split())
 
 
 # Flags that leave a run's course unchanged, so a resumed run may give them anew. --compile and --amp change
@@ -139,6 +173,11 @@ def check_run_flags(args) -> None:
              "runs/ and appears in one-line messages")
     if args.eval_only is not None and args.resume is not None:
         fail("--eval-only evaluates a saved model and --resume continues a run's training; give one of them")
+    for other in ("resume", "eval_only"):
+        if flag_given("init_from") is not None and flag_given(other) is not None:
+            fail(f"--init-from starts a new run from a model's weights and --{other.replace('_', '-')} "
+                 f"{'continues a run with its own' if other == 'resume' else 'evaluates a saved model'}; give one "
+                 "of them")
     if args.capture_video:
         try:
             import moviepy  # noqa: F401 (gymnasium's video writer imports it only once the first video is saved)
@@ -198,7 +237,8 @@ def resumed_args(args_cls, checkpoint: dict):
     check_flag_ranges in the caller."""
     saved = saved_args(args_cls, checkpoint["args"], checkpoint["loaded_from"])
     args = tyro.cli(args_cls, default=saved)
-    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)]
+    changed = [k for k, v in asdict(args).items() if k not in ALLOWED_ON_RESUME and v != getattr(saved, k)
+               and not (k == "total_timesteps" and v > getattr(saved, k))]  # a larger budget: the run trains on
     if changed:
         fail("cannot change " + ", ".join(f"--{k.replace('_', '-')} (the checkpoint has {getattr(saved, k)!r})"
                                           for k in changed) + " when resuming")

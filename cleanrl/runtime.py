@@ -67,6 +67,10 @@ def resolve_resume(args_cls, args) -> tuple:
     if checkpoint is not None:
         args = resumed_args(args_cls, checkpoint)
         check_flag_ranges(args)
+        budget = checkpoint["args"].get("total_timesteps")
+        if args.total_timesteps != budget:
+            say(f"note: --total-timesteps {args.total_timesteps} extends the run's {budget}: the schedules that follow "
+                "the budget (the learning rate's anneal, epsilon) go on as if it had been planned from the start")
     if args.checkpoint_frequency > 0 and not args.save_model:
         fail("--checkpoint-frequency writes checkpoints, which needs --save-model")
     if getattr(args, "save_buffer", False) and not args.save_model:  # the off-policy scripts
@@ -75,7 +79,27 @@ def resolve_resume(args_cls, args) -> tuple:
         warn(f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: no "
              "update will happen (a smoke run of the loop)")
     check_speed_args(args)
+    if checkpoint is None and args.init_from is not None:
+        read_initial_model(args.init_from)  # a missing or unreadable file fails here, before any work
     return args, checkpoint
+
+
+def read_initial_model(path: str) -> tuple[str, dict]:
+    """(file, entries) of the model --init-from names: a .cleanrl_model, or the one in a run directory. A model
+    file holds one state dict (a script whose model is one network) or a dict of them by name, as its script's
+    checkpoints name them; entries is the latter, the former under the key None."""
+    if os.path.isdir(path):
+        found = sorted(glob.glob(os.path.join(path, "*.cleanrl_model")))
+        if len(found) != 1:
+            fail(f"--init-from {path}: a run directory with one .cleanrl_model, found {len(found)}")
+        path = found[0]
+    elif not os.path.isfile(path):
+        fail(f"--init-from {path}: no such file")
+    saved = read_torch_file(path, "model")
+    if not isinstance(saved, dict) or not saved:
+        fail(f"--init-from {path} is not a model file (a state dict, or a dict of them)")
+    named = all(isinstance(v, dict) for v in saved.values())
+    return path, saved if named else {None: saved}
 
 
 def broadcast_resume(args_cls, args, rank: int) -> tuple:
@@ -409,9 +433,47 @@ class Run:
             if seed is not None:
                 envs.action_space.seed(seed + step)
         if checkpoint is None:
+            if self.args.init_from is not None:
+                self.init_weights(self.args.init_from)
             return obs, 1, 0
         set_rng_state(checkpoint["rng"])
         return obs, checkpoint["iteration"] + 1, step
+
+    def init_weights(self, path: str) -> None:
+        """--init-from: the saved model's weights into this fresh run's networks, everything else as built. A file of
+        one state dict goes into the first network of `state` (the model its script saves); a file of named ones
+        into the entries of those names (normalization statistics too). A target network (its name says `target`)
+        becomes a copy of the loaded network it was built as. What does not fit fails in one line naming the
+        entries and shapes that differ, and the fresh run directory goes again."""
+        path, entries = read_initial_model(path)
+        modules = {key: obj for key, obj in self.state.items() if isinstance(obj, (nn.Module, PytreeState))}
+        if None in entries:
+            entries = {next(iter(modules), None): entries[None]}
+        loaded = []
+        for key, entry in entries.items():
+            obj = self.state.get(key)
+            try:
+                if obj is None or isinstance(obj, (torch.optim.Optimizer, np.random.Generator, torch.Generator)):
+                    raise KeyError(f"this script's model has no entry {key!r} (it has {', '.join(modules)})")
+                load_state_of(obj, entry)
+            except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                self.abandon()
+                fail(f"--init-from {path} does not fit this {self.script} model: "
+                     f"{state_mismatch(obj, entry) or first_line(e)}")
+            loaded.append(key)
+        for key, target in modules.items():
+            built_as = key.replace("target", "").strip("_")  # target_actor: actor; qf1_target: qf1
+            twin = [k for k in loaded if "target" in key and k != key and k in modules and k.endswith(built_as)
+                    and isinstance(target, nn.Module) and state_mismatch(target, modules[k].state_dict()) is None]
+            if twin:  # (target_network: q_network)
+                target.load_state_dict(modules[twin[0]].state_dict())
+        say(f"initialized {', '.join(loaded)} from {path}; the optimizer, schedules and step count start afresh")
+
+    def abandon(self) -> None:
+        """A fresh run that failed before its first step: its directory goes, so nothing half-made is left."""
+        self.close()
+        if self.checkpoint is None and self.rank == 0:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def log_episode(self, episodic_return: float, episodic_length: int, global_step: int) -> None:
         self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)

@@ -9,9 +9,11 @@ The same functions serve tests/test_docs.py, which runs the commands the docs sh
 
 Links to repository files outside docs/ (README.md's script table links cleanrl/ppo.py, which the home page
 includes) have no page on the site. With `repo_url` set in mkdocs.yml they are rewritten to the file on the
-repository host, after the snippets are included; without it (the default until the project has a public home)
-the link becomes its text, so no link points at another project's repository. A link that resolves to neither a
-docs file nor a repository file is left alone, so `mkdocs build --strict` still fails on it.
+repository host, after the snippets are included, and a script's name in code in a table row (`ppo.py` in an
+algorithm page's table of variants) becomes a link to its source there; without it (the default until the
+project has a public home) the link becomes its text, so no link points at another project's repository. A link
+that resolves to neither a docs file nor a repository file is left alone, so `mkdocs build --strict` still fails
+on it.
 """
 
 import ast
@@ -87,8 +89,28 @@ def repository_link(target: str, page_src: str) -> str | None:
 UNLINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>[^)\s#]+)(?:#[^)\s]*)?\)")
 
 
+# A script's name in a table (`ppo.py`, `cleanrl/ppo.py`, `benchmark/report.py`), not already a link's text
+SCRIPT_NAME = re.compile(r"(?<!\[)`(?P<name>(?:(?:cleanrl|benchmark|cloud)/)?\w+\.(?:py|sh))`(?!\])")
+
+
+def link_script_names(markdown: str, repo_url: str) -> str:
+    """In table rows, the name of a repository script in code becomes a link to its source at repo_url (a bare
+    name is looked for in cleanrl/); other code is left as it is."""
+
+    def replace(m: re.Match) -> str:
+        name = m["name"]
+        path = name if "/" in name else f"cleanrl/{name}"
+        if not (ROOT / path).is_file():
+            return m[0]
+        return f"[`{name}`]({repo_url.rstrip('/')}/blob/{BRANCH}/{path})"
+
+    return "\n".join(SCRIPT_NAME.sub(replace, line) if line.lstrip().startswith("|") else line
+                     for line in markdown.split("\n"))
+
+
 def rewrite_repository_links(markdown: str, page_src: str, repo_url: str | None) -> str:
-    """Links to repository files point at repo_url; without repo_url they become their text."""
+    """Links to repository files point at repo_url, and script names in tables link to their source there;
+    without repo_url (until the project has a public home) links to repository files become their text."""
     if not repo_url:
 
         def unlink(m: re.Match) -> str:
@@ -106,7 +128,7 @@ def rewrite_repository_links(markdown: str, page_src: str, repo_url: str | None)
             return m[0]
         return f"{m['head']}{repo_url.rstrip('/')}/blob/{BRANCH}/{path}{m['tail']}"
 
-    return LINK.sub(replace, markdown)
+    return link_script_names(LINK.sub(replace, markdown), repo_url)
 
 
 class _RepositoryLinks(Preprocessor):
@@ -143,3 +165,29 @@ def on_config(config):
 def on_page_markdown(markdown, page, config, files):
     _STATE["page"] = page.file.src_uri
     return expand(markdown)
+
+
+# Inline code keeps its words whole: a browser may break a line after a hyphen, a slash or a dot, so on a narrow
+# screen `--resume` could show as `--` / `resume`. Each word of inline code (not of code blocks, which wrap as they
+# must) goes into a span that the line breaks around, not inside (docs/assets/extra.css, .nobreak); a word wider
+# than the whole column still breaks inside, in its own box. In a table on a phone only a word longer than
+# LONG_WORD characters (a path, an ARN) may break inside, so that short ones (flags, env ids) stay whole and the
+# table still fits.
+LONG_WORD = 20
+CODE_OR_PRE = re.compile(r"(?P<pre><pre\b.*?</pre>)|<code>(?P<code>[^<]*)</code>", re.DOTALL)
+
+
+def keep_words_whole(html: str) -> str:
+    def replace(m: re.Match) -> str:
+        if m["pre"]:
+            return m["pre"]
+        words = re.split(r"(\s+)", m["code"])
+        return "<code>" + "".join(w if not w or w.isspace() else
+                                  f'<span class="nobreak{" long" if len(w) > LONG_WORD else ""}">{w}</span>'
+                                  for w in words) + "</code>"
+
+    return CODE_OR_PRE.sub(replace, html)
+
+
+def on_page_content(html, page, config, files):
+    return keep_words_whole(html)
