@@ -718,11 +718,6 @@ SCRIPTS = {s.name: s for s in [
         other={"charts/SPS": (128,)},
         tracked=False,  # tests/test_ppo_atari_multigpu.py checks its two ranks' logging
         saves_envs=False,
-        bad_lifecycle=(
-            # each rank takes back its own generators, so a checkpoint of 2 ranks cannot continue in 1 process
-            BadLifecycle(("--resume", "two_ranks.pt"),
-                         "error: the checkpoint was written by 2 ranks; resume it with as many, not 1", exact=True),
-        ),
         bad_input=(
             BadInput(("--num-envs", "3"), "divide evenly over 2 ranks", world="2"),
             BadInput(("--num-envs", "4", "--num-steps", "3", "--num-minibatches", "4"), "num-minibatches", world="2"),

@@ -27,7 +27,6 @@ from cleanrl.ppg_procgen import AuxBuffer
 from environments import RewardNormalizer
 from cleanrl.ppo import Args as PPOArgs
 from cleanrl.ppo_atari import Args as PPOAtariArgs
-from cleanrl.ppo_atari_multigpu import Args as MultiGPUArgs
 from cleanrl.sac_continuous_action import Args as SACArgs
 from cleanrl.td3_continuous_action import Args as TD3Args
 from tests.helpers import (
@@ -666,8 +665,6 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     (workdir / "dqn_run").mkdir()
     shutil.copy(workdir / "dqn.pt", workdir / "dqn_run" / "checkpoint.pt")
     save({"script": "ppg_procgen.py", "args": asdict(PPGArgs()), **common}, "ppg.pt")
-    save({"script": "ppo_atari_multigpu.py", "args": asdict(MultiGPUArgs()), **common, "envs": [None, None],
-          "rng": [checkpoints.rng_state()] * 2}, "two_ranks.pt")
     (workdir / "garbage.pt").write_bytes(b"not a checkpoint")
     save({"actor.weight": torch.zeros(4, 512), "actor.bias": torch.zeros(4)}, "torch.cleanrl_model")  # a torch model
     (workdir / "hello.txt").write_text("hello world\n")

@@ -226,6 +226,12 @@ def only_child(pid: int) -> int:
     return int(child)
 
 
+def descendants(pid: int) -> list[int]:
+    """pid and every process under it, parents first (Linux /proc)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid] + [d for child in children for d in descendants(int(child))]
+
+
 def start_nodes(dirs, args) -> list[subprocess.Popen]:
     """Two torchrun agents on loopback as on two machines, each in its own working directory (no shared runs/)."""
     common = ["--nnodes=2", "--nproc_per_node=1", "--master-addr=127.0.0.1", f"--master-port={free_port()}"]
@@ -310,3 +316,91 @@ def test_a_killed_rank_ends_the_job_instead_of_hanging(workdir):
     assert proc.returncode not in (0, 124, 137), "the job did not fail by itself"
     assert time.time() - killed_at < 120
     assert re.search(r"Root Cause.*?rank\s*: 1 \(local_rank: 1\).*?SIGKILL", rest, re.DOTALL), rest[-3000:]
+
+
+# ---- elastic: a checkpoint resumes on another number of ranks ----
+
+
+def run_until_stopped(workdir, launcher: list, args: list) -> tuple[str, dict]:
+    """Start the run under `launcher` (torchrun), SIGTERM its agent once a checkpoint newer than any before is there;
+    (the run's output, the checkpoint it stopped with)."""
+    checkpoints = list(workdir.glob("runs/*/checkpoint.pt"))
+    before = checkpoints[0].stat().st_mtime_ns if checkpoints else 0
+    proc = subprocess.Popen(launcher + [str(ROOT / "cleanrl" / SCRIPT), *args], cwd=workdir, env=script_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + TIMEOUT
+    while not [p for p in workdir.glob("runs/*/checkpoint.pt") if p.stat().st_mtime_ns > before]:
+        assert time.time() < deadline and proc.poll() is None, f"no new checkpoint\n{proc.communicate()[0][-3000:]}"
+        time.sleep(0.05)
+    os.kill(only_child(proc.pid), signal.SIGTERM)  # the torchrun agent, which passes it on to its workers
+    out, _ = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode != 0 and "SIGTERM: stopped after global step" in out, out[-3000:]
+    (checkpoint,) = workdir.glob("runs/*/checkpoint.pt")
+    return out, torch.load(checkpoint, map_location="cpu", weights_only=True)
+
+
+@pytest.mark.heavy
+def test_a_checkpoint_of_two_ranks_resumes_on_one_and_back_on_two(workdir):
+    # The global batch stays (4 envs: 2 a rank, then 4, then 2); the iterations, Adam's steps and the losses logged
+    # go on from the checkpoint each time, and the two replicas of the last part end bit-identical.
+    iterations = 8  # 4 envs x 16 steps = 64 global steps an iteration, 2 epochs x 2 minibatches each
+    args = [*TINY, "--total-timesteps", str(64 * iterations), "--save-model", "--checkpoint-frequency", "1",
+            "--resume", "auto", "--eval-episodes", "1", "--eval-max-frames", "200"]
+    _, first = run_until_stopped(workdir, standalone(2), args)
+    out, second = run_until_stopped(workdir, standalone(1), args)
+    assert "note: the checkpoint's world size was 2, this resume's is 1: 4 of the 4 envs a rank" in out, out[-3000:]
+    assert first["iteration"] < second["iteration"] < iterations and len(second["rng"]) == 1
+    proc = subprocess.run(standalone(2) + [str(ROOT / "cleanrl" / SCRIPT), *args], cwd=workdir, env=script_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT + 30)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "note: the checkpoint's world size was 1, this resume's is 2: 2 of the 4 envs a rank" in proc.stdout
+    sums = checksums(proc.stdout)
+    assert set(sums) == {0, 1} and sums[0] == sums[1], "the replicas are not bit-identical"
+    (path,) = workdir.glob("runs/*/checkpoint.pt")
+    final = torch.load(path, map_location="cpu", weights_only=True)
+    assert final["finished"] and final["global_step"] == 64 * iterations and len(final["rng"]) == 2
+    assert {int(s["step"]) for s in final["optimizer"]["state"].values()} == {4 * iterations}
+    scalars = read_scalars(path.parent)
+    assert [s for s, _ in scalars["losses/policy_loss"]] == [64 * i for i in range(1, iterations + 1)]
+
+
+@pytest.mark.heavy
+def test_torchrun_elastic_reforms_the_job_on_the_node_left_and_the_run_continues(workdir):
+    # Two torchrun agents of one process each on one c10d rendezvous (--nnodes=1:2), as two machines sharing runs/.
+    # The second agent and its worker are killed (a lost node): the first agent's worker fails in its next
+    # collective, the agent restarts it, the rendezvous re-forms with the one node left, and the run goes on from its
+    # last checkpoint at world size 1 to the end.
+    iterations = 10
+    port = free_port()
+    launcher = torchrun("--nnodes=1:2", "--nproc_per_node=1", "--max-restarts=2", "--rdzv-backend=c10d",
+                        f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic",
+                        "--rdzv-conf=last_call_timeout=3,join_timeout=60,close_timeout=5")
+    args = [*TINY, "--total-timesteps", str(64 * iterations), "--save-model", "--checkpoint-frequency", "1",
+            "--resume", "auto", "--eval-episodes", "1", "--eval-max-frames", "200"]
+    command = launcher + [str(ROOT / "cleanrl" / SCRIPT), *args]
+    kept = subprocess.Popen(command, cwd=workdir, env=script_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + TIMEOUT
+    while True:  # the first agent hosts the rendezvous store: the second starts once it listens
+        assert time.time() < deadline and kept.poll() is None, "the rendezvous store did not start"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    lost = subprocess.Popen(command, cwd=workdir, env=script_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + TIMEOUT
+    while not list(workdir.glob("runs/*/checkpoint.pt")):
+        assert time.time() < deadline and kept.poll() is None and lost.poll() is None, "no checkpoint"
+        time.sleep(0.05)
+    for pid in descendants(lost.pid):  # the node is gone: its agent and its worker (a process group of its own)
+        os.kill(pid, signal.SIGKILL)
+    lost.wait()
+    out, _ = kept.communicate(timeout=TIMEOUT + 60)
+    assert kept.returncode == 0, out[-4000:]
+    assert "note: the checkpoint's world size was 2, this resume's is 1" in out, out[-4000:]
+    (path,) = workdir.glob("runs/*/checkpoint.pt")
+    final = torch.load(path, map_location="cpu", weights_only=True)
+    assert final["finished"] and final["global_step"] == 64 * iterations and len(final["rng"]) == 1
+    assert {int(s["step"]) for s in final["optimizer"]["state"].values()} == {4 * iterations}
