@@ -1,0 +1,779 @@
+# docs: docs/tuning.md
+"""Hyperparameter tuning of any script in cleanrl/ with Optuna: each trial runs the script as its own process.
+
+A trial runs `python cleanrl/<script>.py FLAGS --env-id ENV --seed K` for every env id and seed of the study, one
+after the other, each in its own working directory (as benchmark/run.py does):
+
+    <out>/<study>/trial<n>/<env_id>/seed<k>/          the run's working directory: runs/ (TensorBoard, checkpoints)
+    <out>/<study>/trial<n>/<env_id>/seed<k>/log.txt   stdout and stderr of the run
+    <out>/<study>/kept/trial<n>/<env_id>/seed<k>.json its episodes, in the benchmark's kept format (benchmark/kept.py)
+    <out>/<study>/study.db                            the default store (SQLite): nothing to start
+
+Score of a run: the mean of the last --metric-last-n-average-window values of --metric in its event files. Score of a
+trial: the average (--aggregation) of its runs' scores; with several env ids each env is first normalised to
+(score - low) / (high - low), by --target-scores ENV=LOW:HIGH or else by the reference scores the benchmark knows
+(REFERENCE: a random policy's return as low, upstream CleanRL's published return of the script as high).
+
+Pruning: while a run goes, the tuner reads its event files every --report-interval seconds and reports the trial's
+score so far (finished runs by their score, the running one by its episodes so far) at the step reached (runs
+counted one after the other). A run the pruner stops gets SIGTERM: the script ends cleanly (exit 143, a checkpoint
+with --save-model) and the trial is recorded as pruned.
+
+Stores: --storage takes any Optuna RDB URL. A PostgreSQL URL (postgresql://user:password@host/db) is shared by every
+worker: start the same command on N processes or machines and they run one study. Workers write a heartbeat; a trial
+whose worker died (kill -9, a lost machine) is marked failed once its heartbeat is older than --grace-period seconds
+and is tried again with the same flags (RetryFailedTrialCallback, up to --max-retry times). A tuner stopped by
+Ctrl-C, SIGTERM or SIGHUP stops its run with SIGTERM, marks the trial failed and queues its flags to run first.
+Starting the same command again continues the study until it has --trials finished (complete or pruned) trials.
+
+Bad input ends in one `error:` line before any trial: a flag the script does not have, a range outside the flag's
+declared range (cleanrl/flags.py), a store that cannot be reached, a study of another direction or command.
+
+Run:
+    python benchmark/tuner.py --script cleanrl/ppo.py --env-ids CartPole-v1 --trials 20 \\
+        --params learning-rate=log:1e-4:3e-3 ent-coef=float:0:0.05 num-minibatches=choice:2,4,8 \\
+        --flags="--total-timesteps 50000"
+    python benchmark/tuner.py best --study-name ppo        # the best trial's flags as a ready command line
+    python benchmark/tuner.py export --study-name ppo --keep benchmark/kept/tuning   # kept files of defaults and best
+    python benchmark/tuner.py --help
+"""
+
+import dataclasses
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, NoReturn, Optional, Union
+
+import numpy as np
+import tyro
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmark.kept import kept_path, portable_command, read_event_scalars, write_kept  # noqa: E402  (a tool)
+from benchmark.run import STOP_SIGNALS, tie_to_runner  # noqa: E402  (runs end with the tuner that started them)
+from benchmark.suite import PUBLISHED  # noqa: E402  (upstream CleanRL's published returns)
+
+# A random policy's mean return (100 episodes; HalfCheetah 10), measured with gymnasium 1.x's action_space.sample():
+# the low end of the reference normalisation. The high end is PUBLISHED's final return of the script.
+RANDOM_RETURN = {"CartPole-v1": 23.68, "Acrobot-v1": -497.08, "MountainCar-v0": -200.0, "HalfCheetah-v5": -233.68,
+                 "Hopper-v5": 16.67, "Walker2d-v5": 1.77}
+TRIAL_STATES_DONE = ("COMPLETE", "PRUNED")  # the trials --trials counts
+
+
+warnings.filterwarnings("ignore", message=".*experimental.*")  # Optuna's heartbeat and retry are "experimental"
+
+
+def fail(message: str) -> NoReturn:
+    raise SystemExit(f"error: {message}")
+
+
+def say(message: str) -> None:
+    print(f"tuner: {message}", file=sys.stderr, flush=True)
+
+
+def reference_scores(script: str, env_id: str) -> Optional[tuple[float, float]]:
+    """(low, high) of the reference normalisation of `script` on `env_id`, or None where the benchmark knows none."""
+    published = PUBLISHED.get(Path(script).stem, {}).get(env_id)
+    if published is None or env_id not in RANDOM_RETURN:
+        return None
+    return RANDOM_RETURN[env_id], published[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The script's flags, as its own parser declares them
+PROBE = r"""
+import dataclasses, importlib.util, json, os, sys, typing
+path = sys.argv[1]
+sys.path.insert(0, os.path.dirname(path))
+sys.argv = [path]
+spec = importlib.util.spec_from_file_location("tuned_script", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)  # the scripts train only under __main__
+import flags
+hints = typing.get_type_hints(module.Args, include_extras=True)
+ranges = flags.flag_ranges(module.Args)
+described = {}
+for f in dataclasses.fields(module.Args):
+    default = f.default if f.default is not dataclasses.MISSING else None
+    described[f.name] = {"type": flags.type_name(hints[f.name]), "range": ranges.get(f.name),
+                         "default": default if isinstance(default, (bool, int, float, str, type(None))) else str(default)}
+print(json.dumps(described))
+"""
+
+
+def script_flags(script: str, python: str = sys.executable) -> dict[str, dict]:
+    """{flag name (underscores): {"type", "range", "default"}} of the script, from a parse of its Args in a subprocess
+    (the tuner itself never imports a script)."""
+    proc = subprocess.run([python, "-c", PROBE, str(Path(script).resolve())], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    if proc.returncode != 0:
+        fail(f"cannot read the flags of {script}: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def in_range(value: float, interval: str) -> bool:
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    return (low <= value if interval[0] == "[" else low < value) and (value <= high if interval[-1] == "]" else value < high)
+
+
+def flag_key(name: str) -> str:
+    """A flag's name as the script's Args has it: `--learning-rate` and `learning_rate` are `learning_rate`."""
+    return name.lstrip("-").replace("-", "_")
+
+
+def as_flags(params: dict) -> list[str]:
+    """The command-line words of a trial's parameters: --name value, and --name / --no-name for booleans."""
+    words = []
+    for name, value in params.items():
+        flag = flag_key(name).replace("_", "-")
+        if isinstance(value, bool):
+            words.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            words += [f"--{flag}", str(value)]
+    return words
+
+
+def flag_names(words: list[str]) -> list[str]:
+    return [flag_key(w.split("=", 1)[0]).removeprefix("no_") for w in words if w.startswith("--")]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The search space of the command line: NAME=KIND:... (float:LOW:HIGH, log:LOW:HIGH, int:LOW:HIGH, intlog:LOW:HIGH,
+# choice:A,B,C); choices are read as numbers or true/false where they look like them
+def parse_value(text: str):
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_param(spec: str) -> tuple[str, str, tuple]:
+    name, eq, rest = spec.partition("=")
+    kind, _, values = rest.partition(":")
+    if not eq or not name or kind not in ("float", "log", "int", "intlog", "choice"):
+        fail(f"--params {spec!r} is not NAME=KIND:...; KIND is float:LOW:HIGH, log:LOW:HIGH, int:LOW:HIGH, "
+             "intlog:LOW:HIGH or choice:A,B,...")
+    if kind == "choice":
+        choices = tuple(parse_value(v) for v in values.split(","))
+        if len(choices) < 2 or len(set(map(repr, choices))) != len(choices):
+            fail(f"--params {spec!r}: give two or more different choices")
+        return name, kind, choices
+    try:
+        low, high = (int(v) if kind.startswith("int") else float(v) for v in values.split(":"))
+    except ValueError:
+        fail(f"--params {spec!r}: {kind} takes LOW:HIGH, two {'integers' if kind.startswith('int') else 'numbers'}")
+    if not low < high or (kind in ("log", "intlog") and low <= 0):
+        fail(f"--params {spec!r}: LOW must be below HIGH" + (" and above 0 on a log scale" if "log" in kind else ""))
+    return name, kind, (low, high)
+
+
+def params_from_specs(specs: list[str]) -> Callable:
+    space = [parse_param(spec) for spec in specs]
+    if len({flag_key(n) for n, _, _ in space}) != len(space):
+        fail("--params names a flag twice")
+
+    def params_fn(trial) -> dict:
+        params = {}
+        for name, kind, values in space:
+            key = flag_key(name).replace("_", "-")
+            if kind == "choice":
+                params[key] = trial.suggest_categorical(key, list(values))
+            elif kind in ("int", "intlog"):
+                params[key] = trial.suggest_int(key, values[0], values[1], log=kind == "intlog")
+            else:
+                params[key] = trial.suggest_float(key, values[0], values[1], log=kind == "log")
+        return params
+
+    return params_fn
+
+
+# ---------------------------------------------------------------------------------------------------------------
+class TrialRunFailed(Exception):
+    """A run of a trial ended with an exit status other than 0 that the tuner did not ask for."""
+
+
+class Stopped(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class Tuner:
+    """An Optuna study over one script's flags; its trials are runs of the script (see the module docstring).
+
+    target_scores: {env_id: [low, high] or None}, as upstream CleanRL's tuner takes it; its keys are the env ids when
+    env_ids is not given. params_fn(trial) returns {flag: value}, drawn with trial.suggest_*."""
+
+    script: str
+    params_fn: Callable
+    env_ids: Optional[list[str]] = None
+    target_scores: Optional[dict] = None
+    metric: str = "charts/episodic_return"
+    direction: str = "maximize"
+    aggregation_type: str = "average"
+    metric_last_n_average_window: int = 50
+    seeds: tuple[int, ...] = (1,)
+    flags: tuple[str, ...] = ()
+    sampler: object = None
+    pruner: object = None
+    storage: Optional[str] = None
+    study_name: Optional[str] = None
+    out: str = "benchmark/results/tuning"
+    enqueue_defaults: bool = True
+    report_interval: float = 5.0
+    heartbeat_interval: int = 30
+    grace_period: int = 90
+    max_retry: int = 1
+    popen: Callable = subprocess.Popen
+    python: str = sys.executable
+    quiet: bool = False
+
+    def __post_init__(self):
+        self.script = str(self.script)
+        if not Path(self.script).is_file() or not self.script.endswith(".py"):
+            fail(f"--script {self.script}: no such script (give a path such as cleanrl/ppo.py)")
+        if self.env_ids is None:
+            if not self.target_scores:
+                fail("give the env ids (--env-ids), or target scores whose keys are env ids")
+            self.env_ids = list(self.target_scores)
+        self.env_ids, self.seeds, self.flags = list(self.env_ids), tuple(self.seeds), tuple(self.flags)
+        self.target_scores = dict(self.target_scores or {})
+        if not self.env_ids or not self.seeds or len(set(self.env_ids)) != len(self.env_ids) or \
+                len(set(self.seeds)) != len(self.seeds):
+            fail("give one or more env ids and seeds, none twice")
+        if self.direction not in ("maximize", "minimize"):
+            fail(f"direction must be maximize or minimize, got {self.direction!r}")
+        aggregations = {"average": np.mean, "median": np.median, "max": np.max, "min": np.min}
+        if self.aggregation_type not in aggregations:
+            fail(f"aggregation must be one of {', '.join(aggregations)}, got {self.aggregation_type!r}")
+        self.aggregate = aggregations[self.aggregation_type]
+        if self.metric_last_n_average_window < 1:
+            fail("the metric window must be at least 1 episode")
+        self.study_name = self.study_name or Path(self.script).stem
+        self.root = Path(self.out).resolve() / self.study_name
+        if self.storage is None:
+            self.storage = f"sqlite:///{self.root / 'study.db'}"
+        self.bounds = self.normalisation()
+
+    # -- checks made before any trial ----------------------------------------------------------------------------
+    def normalisation(self) -> dict[str, Optional[tuple[float, float]]]:
+        unknown = sorted(set(self.target_scores) - set(self.env_ids))
+        if unknown:
+            fail(f"target scores for {', '.join(unknown)}, which is not among the env ids {', '.join(self.env_ids)}")
+        bounds = {}
+        for env_id in self.env_ids:
+            given = self.target_scores.get(env_id)
+            if given is not None:
+                low, high = (float(v) for v in given)
+            elif len(self.env_ids) == 1:
+                bounds[env_id] = None  # one env: its raw score
+                continue
+            elif reference_scores(self.script, env_id) is not None:
+                low, high = reference_scores(self.script, env_id)
+            else:
+                fail(f"a study over several env ids normalises each; give target scores for {env_id} "
+                     f"(--target-scores {env_id}=LOW:HIGH): the benchmark has no reference for it")
+            if not high > low:
+                fail(f"the scores {env_id}={low:g}:{high:g} do not normalise (HIGH must be above LOW); give others "
+                     f"with --target-scores")
+            bounds[env_id] = (low, high)
+        return bounds
+
+    def search_space(self) -> dict:
+        """The distributions params_fn draws from, by a real draw on a throwaway in-memory study."""
+        import optuna
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            trial = optuna.create_study(direction=self.direction).ask()
+        params = self.params_fn(trial)
+        if not isinstance(params, dict) or not params:
+            fail("params_fn must return a dict of one or more {flag: value}")
+        missing = set(map(flag_key, params)) - set(map(flag_key, trial.distributions))
+        if missing:
+            fail(f"params_fn returns {', '.join(sorted(missing))} without a trial.suggest_* of the same name")
+        return trial.distributions
+
+    def check(self) -> dict:
+        """Everything the trials need, before the first: the script's flags, the search space against their names and
+        declared ranges, the fixed flags. Returns the script's flags."""
+        declared = script_flags(self.script, self.python)
+        for name in ("env_id", "seed"):
+            if name not in declared:
+                fail(f"{self.script} has no --{name.replace('_', '-')}; the tuner sets it for every run")
+        tuner_set = {"env_id", "seed"}
+        for name in flag_names(list(self.flags)):
+            if name in tuner_set:
+                fail(f"--flags sets --{name.replace('_', '-')}, which the tuner sets for each run (--env-ids, --seeds)")
+            if name not in declared:
+                fail(f"--flags names --{name.replace('_', '-')}, which {self.script} does not have (see its --help)")
+        for name, dist in self.search_space().items():
+            key = flag_key(name)
+            flag = f"--{key.replace('_', '-')}"
+            if key not in declared:
+                near = [f"--{k.replace('_', '-')}" for k in declared if key in k or k in key]
+                fail(f"{flag} is not a flag of {self.script}" + (f" (did you mean {', '.join(near)}?)" if near else
+                                                                 " (see its --help)"))
+            if key in tuner_set or key in flag_names(list(self.flags)):
+                fail(f"{flag} is tuned and also set by --flags or by the tuner; set it in one place")
+            kind, interval = declared[key]["type"], declared[key]["range"]
+            values = list(getattr(dist, "choices", ())) or [dist.low, dist.high]
+            for value in values:
+                if kind == "bool" and not isinstance(value, bool):
+                    fail(f"{flag} is a boolean flag; its choices must be true and false, got {value!r}")
+                if "int" in kind.split(" or ") and "float" not in kind and isinstance(value, float):
+                    fail(f"{flag} takes an integer; tune it with int:LOW:HIGH (suggest_int), got {value!r}")
+                if interval and isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                        not in_range(value, interval):
+                    fail(f"{flag} is tuned over {values[0]!r}..{values[-1]!r}, outside the flag's range {interval}")
+        return declared
+
+    def open_study(self, declared: dict):
+        """The study, created or continued; a study of another direction or another command fails."""
+        import optuna
+        import sqlalchemy.exc
+        from optuna.storages import RDBStorage, RetryFailedTrialCallback
+
+        if self.storage.startswith("sqlite:///"):
+            Path(self.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        engine = {"connect_args": {"connect_timeout": 10}} if self.storage.startswith("postgresql") else {}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # heartbeat_interval is "experimental"
+                storage = RDBStorage(self.storage, engine_kwargs=engine, heartbeat_interval=self.heartbeat_interval,
+                                     grace_period=self.grace_period,
+                                     heartbeat_stale_trial_callback=RetryFailedTrialCallback(max_retry=self.max_retry))
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as e:
+            reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+            fail(f"cannot open the store {redact(self.storage)}: {reason}")
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # the tuner says what happens to each trial itself
+        command = {"script": portable_command([str(Path(self.script).resolve())])[0], "env_ids": self.env_ids,
+                   "seeds": list(self.seeds), "flags": list(self.flags), "metric": self.metric,
+                   "window": self.metric_last_n_average_window, "aggregation": self.aggregation_type,
+                   "bounds": {k: list(v) if v else None for k, v in self.bounds.items()}}
+        names = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
+        if self.study_name in names:
+            existing = names[self.study_name]
+            if existing.direction.name.lower() != self.direction:
+                fail(f"the study {self.study_name} in {redact(self.storage)} is one to {existing.direction.name.lower()}"
+                     f", not to {self.direction}; give another --study-name")
+            old = existing.user_attrs.get("command")
+            if old is not None and old != command:
+                diff = ", ".join(k for k in command if old.get(k) != command[k])
+                fail(f"the study {self.study_name} in {redact(self.storage)} tunes another command (its {diff} "
+                     "differ); give another --study-name")
+        study = optuna.create_study(study_name=self.study_name, storage=storage, direction=self.direction,
+                                    sampler=self.sampler, pruner=self.pruner, load_if_exists=True)
+        if "command" not in study.user_attrs:
+            study.set_user_attr("command", command)
+            study.set_user_attr("defaults", {k: v["default"] for k, v in declared.items()})
+            if self.enqueue_defaults:  # trial 0: the script's own defaults, the baseline every study reports
+                defaults = {name: declared[flag_key(name)]["default"] for name in self.search_space()}
+                study.enqueue_trial(defaults, user_attrs={"defaults": True}, skip_if_exists=True)
+        return study
+
+    # -- one trial ---------------------------------------------------------------------------------------------
+    def normalise(self, env_id: str, score: float) -> float:
+        bounds = self.bounds[env_id]
+        return score if bounds is None else (score - bounds[0]) / (bounds[1] - bounds[0])
+
+    def run_score(self, workdir: Path) -> tuple[Optional[float], int]:
+        """(mean of the last window of the metric or None, the last step logged) of the run below `workdir`."""
+        dirs = sorted({p.parent for p in workdir.glob("runs/*/events.out.tfevents.*")})
+        if not dirs:
+            return None, 0
+        values = read_event_scalars(dirs[-1]).get(self.metric, [])
+        if not values:
+            return None, 0
+        window = [v for _, v in values[-self.metric_last_n_average_window:]]
+        return float(np.mean(window)), int(values[-1][0])
+
+    def objective(self, trial, stop: list) -> float:
+        import optuna
+        from optuna.storages import RetryFailedTrialCallback
+
+        params = self.params_fn(trial)
+        frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
+        first = RetryFailedTrialCallback.retried_trial_number(frozen)
+        trial.set_user_attr("flags", as_flags(params))
+        if first is not None:
+            trial.set_user_attr("retry_of", first)
+        scores, runs, step_base = [], [], 0
+        for env_id in self.env_ids:
+            for seed in self.seeds:
+                workdir = self.root / f"trial{trial.number}" / env_id / f"seed{seed}"
+                argv = [self.python, str(Path(self.script).resolve()), *self.flags, *as_flags(params),
+                        "--env-id", env_id, "--seed", str(seed)]
+                record = {"env_id": env_id, "seed": seed, "workdir": str(workdir)}
+                code, last_step, pruned = self.run(trial, argv, workdir, scores, step_base, stop, record)
+                score, last_step = self.run_score(workdir)
+                record.update(exit_code=code, score=score, last_step=last_step, pruned=pruned)
+                if score is not None:
+                    self.keep(trial.number, env_id, seed, argv, workdir, record)
+                runs.append(record)
+                trial.set_user_attr("runs", runs)
+                if stop:
+                    raise Stopped(stop[0])
+                if pruned:
+                    trial.set_user_attr("pruned_by", "SIGTERM")
+                    raise optuna.TrialPruned(f"pruned at step {step_base + last_step}")
+                if code != 0:
+                    raise TrialRunFailed(f"{env_id} seed {seed} exited {code}; log {workdir / 'log.txt'}")
+                if score is None:
+                    raise TrialRunFailed(f"{env_id} seed {seed} logged no {self.metric}; log {workdir / 'log.txt'}")
+                scores.append(self.normalise(env_id, score))
+                step_base += last_step
+        return float(self.aggregate(scores))
+
+    def run(self, trial, argv, workdir: Path, scores: list, step_base: int, stop: list, record: dict):
+        """Run one (env id, seed) of the trial, reporting its score so far; SIGTERM it when the trial is pruned.
+        (exit status, last step reported, pruned)."""
+        if workdir.exists():  # an attempt of an earlier tuner: this trial number is run again from the start
+            stale = self.root / ".incomplete" / f"{workdir.relative_to(self.root)}-{int(time.time())}"
+            stale.parent.mkdir(parents=True, exist_ok=True)
+            workdir.rename(stale)
+        workdir.mkdir(parents=True)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        started = time.time()
+        with open(workdir / "log.txt", "w") as log:
+            log.write(f"$ cd {workdir} && {shlex.join(argv)}\n")
+            log.flush()
+            kwargs = {"preexec_fn": tie_to_runner()} if self.popen is subprocess.Popen else {}
+            proc = self.popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, **kwargs)
+            reported, pruned = -1, False
+            try:
+                while proc.poll() is None:
+                    deadline = time.time() + self.report_interval
+                    while time.time() < deadline and proc.poll() is None and not stop:
+                        time.sleep(0.05)
+                    if stop:
+                        proc.terminate()
+                        break
+                    score, step = self.run_score(workdir)
+                    if score is None or step_base + step <= reported or proc.poll() is not None:
+                        continue
+                    reported = step_base + step
+                    value = float(self.aggregate(scores + [self.normalise(record["env_id"], score)]))
+                    trial.report(value, reported)
+                    self.show(f"trial {trial.number} {record['env_id']} seed {record['seed']}: step {step}, "
+                              f"score so far {value:.4g}", transient=True)
+                    if trial.should_prune():
+                        proc.terminate()  # SIGTERM: the script stops after its current step, saves, exits 143
+                        pruned = True
+                        break
+                code = proc.wait()
+            except BaseException:
+                proc.terminate()
+                proc.wait()
+                raise
+        record["seconds"] = round(time.time() - started, 1)
+        return code, reported, pruned
+
+    def keep(self, number: int, env_id: str, seed: int, argv: list, workdir: Path, record: dict) -> None:
+        """The run's episodes in the kept format, locally and in the study (so `export` works from any machine)."""
+        try:
+            kept = write_kept(kept_path(self.root / "kept", f"trial{number}", env_id, seed), self.study_name, env_id,
+                              seed, argv, workdir, record.get("seconds"))
+        except ValueError:
+            return
+        record["episodes"] = kept["episodes"]
+        record["command"] = kept["command"]
+
+    # -- the study ---------------------------------------------------------------------------------------------
+    def show(self, line: str, transient: bool = False) -> None:
+        if self.quiet:
+            return
+        if sys.stderr.isatty():
+            print(f"\r\033[Ktuner: {line}", end="" if transient else "\n", file=sys.stderr, flush=True)
+        elif not transient:
+            say(line)
+
+    def progress(self, study) -> str:
+        trials = study.get_trials(deepcopy=False)
+        count = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
+        best = ""
+        if count["COMPLETE"]:
+            b = study.best_trial
+            best = f"; best {b.value:.4g} (trial {b.number})"
+        return (f"{count['COMPLETE'] + count['PRUNED']} trials done ({count['COMPLETE']} complete, {count['PRUNED']} "
+                f"pruned), {count['FAIL']} failed, {count['RUNNING']} running{best}")
+
+    def tune(self, num_trials: int):
+        """Run trials until the study has `num_trials` finished (complete or pruned) ones; the best trial."""
+        import optuna
+        from optuna.study import MaxTrialsCallback
+        from optuna.trial import TrialState
+
+        if num_trials < 1:
+            fail("--trials must be at least 1")
+        declared = self.check()
+        study = self.open_study(declared)
+        say(f"study {self.study_name} in {redact(self.storage)}: {self.progress(study)}; runs in {self.root}")
+        stop: list[int] = []
+        previous = {s: signal.signal(s, lambda signum, frame: stop.append(signum)) for s in STOP_SIGNALS}
+
+        stopped_trials = []
+
+        def objective(trial):
+            try:
+                if stop:
+                    raise Stopped(stop[0])
+                return self.objective(trial, stop)
+            except Stopped:
+                trial.set_user_attr("stopped", True)
+                stopped_trials.append(trial)
+                raise
+            except TrialRunFailed as e:
+                trial.set_user_attr("failure", str(e))
+                raise
+
+        def after(study, trial):
+            if trial.state == TrialState.FAIL and trial.user_attrs.get("stopped"):
+                return
+            outcome = {"COMPLETE": f"value {trial.value:.4g}", "PRUNED": "pruned by SIGTERM",
+                       "FAIL": f"failed ({trial.user_attrs.get('failure')})"}[trial.state.name]
+            self.show(f"trial {trial.number} {outcome}; {self.progress(study)}")
+
+        done = (TrialState.COMPLETE, TrialState.PRUNED)
+        try:
+            if sum(t.state in done for t in study.get_trials(deepcopy=False)) < num_trials:
+                study.optimize(objective, callbacks=[MaxTrialsCallback(num_trials, states=done), after],
+                               catch=(TrialRunFailed,))
+        except Stopped as stopped:
+            for trial in stopped_trials:  # the stopped trial runs first next time, with the same flags
+                if trial.params:
+                    attrs = {"retry_of": trial.number, **({"defaults": True} if trial.user_attrs.get("defaults") else {})}
+                    study.enqueue_trial(trial.params, user_attrs=attrs)
+            say(f"stopped by {stopped}; {self.progress(study)}; the same command continues the study")
+            raise SystemExit(128 + stopped.signum)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        say(f"{self.progress(study)}")
+        if not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
+            fail("no trial completed; see the runs' log.txt below " + str(self.root))
+        print_best(study)
+        return study.best_trial
+
+
+def redact(url: str) -> str:
+    """A store's URL without its password, for messages."""
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        scheme, rest = url.split("://", 1)
+        user, host = rest.rsplit("@", 1)
+        return f"{scheme}://{user.split(':')[0]}:***@{host}"
+    return url
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a study gives: the best flags as a command line, kept files of the defaults and the best trial
+def best_commands(study) -> list[str]:
+    command = study.user_attrs["command"]
+    flags = [*command["flags"], *study.best_trial.user_attrs["flags"]]
+    return [shlex.join(["python", command["script"], *flags, "--env-id", env_id]) for env_id in command["env_ids"]]
+
+
+def print_best(study) -> None:
+    best = study.best_trial
+    print(f"best trial {best.number}: value {best.value:.6g}, {json.dumps(best.params)}")
+    for line in best_commands(study):
+        print(line)
+    defaults = [t for t in study.trials if t.user_attrs.get("defaults") and t.state.name == "COMPLETE"]
+    if defaults:
+        print(f"the script's defaults (trial {defaults[0].number}): value {defaults[0].value:.6g}")
+
+
+def export(study, keep: Path) -> list[Path]:
+    """The runs of the defaults trial and of the best trial as kept files: keep/<study>-defaults/ and
+    keep/<study>-best/ (benchmark/report.py --results those folders draws one against the other)."""
+    written = []
+    chosen = {"best": study.best_trial}
+    defaults = [t for t in study.trials if t.user_attrs.get("defaults") and t.state.name == "COMPLETE"]
+    if defaults:
+        chosen["defaults"] = defaults[0]
+    for label, trial in chosen.items():
+        name = f"{study.study_name}-{label}"
+        for run in trial.user_attrs.get("runs", []):
+            if "episodes" not in run:
+                continue
+            path = kept_path(keep, name, run["env_id"], run["seed"])
+            record = {"name": name, "env_id": run["env_id"], "seed": run["seed"], "command": run["command"],
+                      "last_step": run["last_step"], "seconds": run.get("seconds"), "trial": trial.number,
+                      "study": study.study_name, "value": trial.value, "episodes": run["episodes"]}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record) + "\n")
+            written.append(path)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command line
+@dataclass
+class Tune:
+    """Tune a script's flags: trials run until the study has --trials finished ones (see docs/tuning.md)."""
+
+    script: str
+    """the script to tune, e.g. cleanrl/ppo.py"""
+    params: list[str]
+    """the search space: NAME=float:LOW:HIGH, NAME=log:LOW:HIGH, NAME=int:LOW:HIGH, NAME=intlog:LOW:HIGH or NAME=choice:A,B,..."""
+    env_ids: list[str] = field(default_factory=lambda: ["CartPole-v1"])
+    """the env ids every trial runs on"""
+    seeds: list[int] = field(default_factory=lambda: [1])
+    """the seeds every trial runs with, for every env id"""
+    trials: int = 20
+    """the number of finished (complete or pruned) trials the study stops at, over all its workers"""
+    flags: str = ""
+    """flags given to every run, as one string (e.g. "--total-timesteps 50000")"""
+    metric: str = "charts/episodic_return"
+    """the TensorBoard scalar a run is scored by"""
+    direction: Literal["maximize", "minimize"] = "maximize"
+    """whether a higher or a lower score is better"""
+    metric_last_n_average_window: int = 50
+    """a run's score is the mean of this many last values of the metric"""
+    aggregation: Literal["average", "median", "max", "min"] = "average"
+    """how a trial's runs' (normalised) scores become the trial's value"""
+    target_scores: list[str] = field(default_factory=list)
+    """ENV=LOW:HIGH: normalise ENV's scores to (score - LOW) / (HIGH - LOW); default: the benchmark's reference"""
+    study_name: Optional[str] = None
+    """the study's name; None: the script's name (ppo)"""
+    storage: Optional[str] = None
+    """an Optuna RDB URL (postgresql://user:password@host:5432/db for many workers); None: SQLite in --out"""
+    out: str = "benchmark/results/tuning"
+    """the folder of the runs: <out>/<study>/trial<n>/<env_id>/seed<k>/"""
+    sampler: Literal["tpe", "random"] = "tpe"
+    """the Optuna sampler"""
+    sampler_seed: Optional[int] = None
+    """the sampler's seed (one worker draws the same trials again)"""
+    pruner: Literal["median", "none"] = "median"
+    """the Optuna pruner: median stops a run scoring below the median of earlier trials at the same step"""
+    pruner_startup_trials: int = 5
+    """the median pruner prunes nothing before this many trials have finished"""
+    pruner_warmup_fraction: float = 0.2
+    """nor in the first this fraction of a trial's steps"""
+    report_interval: float = 5.0
+    """seconds between two reads of a running run's metric"""
+    heartbeat_interval: int = 30
+    """seconds between two heartbeats of a running trial to the store"""
+    grace_period: int = 90
+    """a running trial whose last heartbeat is older than this is marked failed (its worker died) and retried"""
+    max_retry: int = 1
+    """how many times a trial whose worker died is tried again"""
+    enqueue_defaults: bool = True
+    """if toggled, the study's first trial runs the script's defaults of the tuned flags (the baseline)"""
+
+
+@dataclass
+class Best:
+    """Print the best trial's value and flags as a ready command line."""
+
+    study_name: str
+    storage: Optional[str] = None
+    """the store; None: SQLite in --out/<study>/study.db"""
+    out: str = "benchmark/results/tuning"
+
+
+@dataclass
+class Export:
+    """Write the defaults trial's and the best trial's runs as kept files, for benchmark/report.py."""
+
+    study_name: str
+    keep: str = "benchmark/kept/tuning"
+    """the folder of the kept files: <keep>/<study>-best/<env_id>/seed<k>.json and <study>-defaults/..."""
+    storage: Optional[str] = None
+    out: str = "benchmark/results/tuning"
+
+
+def total_steps(flags: list[str], default) -> Optional[int]:
+    value = None
+    for i, word in enumerate(flags):
+        if word.split("=")[0] in ("--total-timesteps", "--total_timesteps"):
+            value = word.split("=", 1)[1] if "=" in word else flags[i + 1]
+    return int(float(value)) if value is not None else default
+
+
+def tuner_from(args: Tune) -> Tuner:
+    import optuna
+
+    targets = {}
+    for item in args.target_scores:
+        env_id, eq, span = item.partition("=")
+        try:
+            low, high = (float(v) for v in span.split(":"))
+        except ValueError:
+            fail(f"--target-scores {item!r} is not ENV=LOW:HIGH")
+        targets[env_id] = [low, high]
+    flags = shlex.split(args.flags)
+    if args.sampler == "tpe":
+        sampler = optuna.samplers.TPESampler(seed=args.sampler_seed)
+    else:
+        sampler = optuna.samplers.RandomSampler(seed=args.sampler_seed)
+    tuner = Tuner(script=args.script, params_fn=params_from_specs(args.params), env_ids=args.env_ids,
+                  target_scores=targets, metric=args.metric, direction=args.direction,
+                  aggregation_type=args.aggregation, metric_last_n_average_window=args.metric_last_n_average_window,
+                  seeds=tuple(args.seeds), flags=tuple(flags), sampler=sampler, storage=args.storage,
+                  study_name=args.study_name, out=args.out, enqueue_defaults=args.enqueue_defaults,
+                  report_interval=args.report_interval, heartbeat_interval=args.heartbeat_interval,
+                  grace_period=args.grace_period, max_retry=args.max_retry)
+    if args.pruner == "median":
+        if not 0 <= args.pruner_warmup_fraction < 1:
+            fail("--pruner-warmup-fraction must be in [0, 1)")
+        steps = total_steps(flags, None)
+        # one run's steps times the runs of a trial: the steps the trial reports at
+        warmup = int(args.pruner_warmup_fraction * (steps or 0) * len(args.env_ids) * len(args.seeds))
+        tuner.pruner = optuna.pruners.MedianPruner(n_startup_trials=args.pruner_startup_trials, n_warmup_steps=warmup)
+    else:
+        tuner.pruner = optuna.pruners.NopPruner()
+    return tuner
+
+
+def load(study_name: str, storage: Optional[str], out: str):
+    import optuna
+    import sqlalchemy.exc
+
+    url = storage or f"sqlite:///{Path(out).resolve() / study_name / 'study.db'}"
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        fail(f"no study store at {url.removeprefix('sqlite:///')}; give --storage or --out")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=url)
+    except KeyError:
+        fail(f"no study {study_name} in {redact(url)}")
+    except sqlalchemy.exc.SQLAlchemyError as e:
+        fail(f"cannot open the store {redact(url)}: {str(getattr(e, 'orig', None) or e).strip().splitlines()[0]}")
+    if not any(t.state.name == "COMPLETE" for t in study.trials):
+        fail(f"the study {study_name} has no complete trial yet")
+    return study
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("best", "export"):
+        command = tyro.cli(Best if argv[0] == "best" else Export, args=argv[1:])
+        study = load(command.study_name, command.storage, command.out)
+        if isinstance(command, Best):
+            print_best(study)
+        else:
+            for path in export(study, Path(command.keep)):
+                print(f"wrote {path}")
+        return 0
+    args = tyro.cli(Tune, args=argv)
+    tuner_from(args).tune(args.trials)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
