@@ -34,7 +34,7 @@ Run:
         --params learning-rate=log:1e-4:3e-3 ent-coef=float:0:0.05 num-minibatches=choice:2,4,8 \\
         --flags="--total-timesteps 50000"
     python benchmark/tuner.py best --study-name ppo        # the best trial's flags as a ready command line
-    python benchmark/tuner.py export --study-name ppo --keep benchmark/kept/tuning   # kept files of defaults and best
+    python benchmark/tuner.py export --study-name ppo --keep benchmark/tuning   # kept files of defaults and best
     python benchmark/tuner.py --help
 """
 
@@ -235,6 +235,7 @@ class Tuner:
     out: str = "benchmark/results/tuning"
     enqueue_defaults: bool = True
     report_interval: float = 5.0
+    reports_per_run: int = 10
     heartbeat_interval: int = 30
     grace_period: int = 90
     max_retry: int = 1
@@ -313,6 +314,11 @@ class Tuner:
         """Everything the trials need, before the first: the script's flags, the search space against their names and
         declared ranges, the fixed flags. Returns the script's flags."""
         declared = script_flags(self.script, self.python)
+        if "total_timesteps" not in declared:
+            fail(f"{self.script} has no --total-timesteps; the tuner reports each run's score at fractions of it")
+        self.run_steps = total_steps(list(self.flags), declared["total_timesteps"]["default"])
+        if self.reports_per_run < 1 or self.reports_per_run > self.run_steps:
+            fail(f"reports per run must be in [1, {self.run_steps}] (the steps of a run), got {self.reports_per_run}")
         for name in ("env_id", "seed"):
             if name not in declared:
                 fail(f"{self.script} has no --{name.replace('_', '-')}; the tuner sets it for every run")
@@ -392,16 +398,23 @@ class Tuner:
         bounds = self.bounds[env_id]
         return score if bounds is None else (score - bounds[0]) / (bounds[1] - bounds[0])
 
-    def run_score(self, workdir: Path) -> tuple[Optional[float], int]:
-        """(mean of the last window of the metric or None, the last step logged) of the run below `workdir`."""
+    def run_scores(self, workdir: Path, upto: list[int]) -> tuple[list[Optional[float]], int]:
+        """The run's score as it stood at each step of `upto` (the mean of the last window of the metric logged at
+        or before it; None before its first value) and the last step the metric was logged at, from the event files
+        below `workdir`."""
         dirs = sorted({p.parent for p in workdir.glob("runs/*/events.out.tfevents.*")})
-        if not dirs:
-            return None, 0
-        values = read_event_scalars(dirs[-1]).get(self.metric, [])
-        if not values:
-            return None, 0
-        window = [v for _, v in values[-self.metric_last_n_average_window:]]
-        return float(np.mean(window)), int(values[-1][0])
+        values = read_event_scalars(dirs[-1]).get(self.metric, []) if dirs else []
+        steps = np.array([s for s, _ in values])
+        scores = []
+        for step in upto:
+            seen = [v for _, v in values[: int(np.searchsorted(steps, step, side="right"))]]
+            scores.append(float(np.mean(seen[-self.metric_last_n_average_window:])) if seen else None)
+        return scores, int(steps[-1]) if len(steps) else 0
+
+    def run_score(self, workdir: Path) -> tuple[Optional[float], int]:
+        """(the run's final score or None, the last step the metric was logged at)."""
+        scores, last = self.run_scores(workdir, [2 ** 62])
+        return scores[0], last
 
     def objective(self, trial, stop: list) -> float:
         import optuna
@@ -420,7 +433,7 @@ class Tuner:
                 argv = [self.python, str(Path(self.script).resolve()), *self.flags, *as_flags(params),
                         "--env-id", env_id, "--seed", str(seed)]
                 record = {"env_id": env_id, "seed": seed, "workdir": str(workdir)}
-                code, last_step, pruned = self.run(trial, argv, workdir, scores, step_base, stop, record)
+                code, pruned = self.run(trial, argv, workdir, scores, step_base, stop, record)
                 score, last_step = self.run_score(workdir)
                 record.update(exit_code=code, score=score, last_step=last_step, pruned=pruned)
                 if score is not None:
@@ -437,25 +450,48 @@ class Tuner:
                 if score is None:
                     raise TrialRunFailed(f"{env_id} seed {seed} logged no {self.metric}; log {workdir / 'log.txt'}")
                 scores.append(self.normalise(env_id, score))
-                step_base += last_step
+                step_base += self.run_steps
         return float(self.aggregate(scores))
 
     def run(self, trial, argv, workdir: Path, scores: list, step_base: int, stop: list, record: dict):
         """Run one (env id, seed) of the trial, reporting its score so far; SIGTERM it when the trial is pruned.
-        (exit status, last step reported, pruned)."""
+        (exit status, last step reported, pruned).
+
+        The trial reports at fixed steps, --reports-per-run of each run's steps (runs counted one after the other),
+        whatever the moment the tuner reads the events: the pruner compares trials at the same steps."""
         if workdir.exists():  # an attempt of an earlier tuner: this trial number is run again from the start
             stale = self.root / ".incomplete" / f"{workdir.relative_to(self.root)}-{int(time.time())}"
             stale.parent.mkdir(parents=True, exist_ok=True)
             workdir.rename(stale)
         workdir.mkdir(parents=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        started = time.time()
+        grid = [round(self.run_steps * (k + 1) / self.reports_per_run) for k in range(self.reports_per_run)]
+        started, reported, pruned = time.time(), 0, False
+
+        def report(running: bool) -> bool:
+            """Report the grid steps the run has passed; whether the trial is to be pruned."""
+            nonlocal reported
+            due = grid[reported:]
+            if not due:
+                return False
+            now, last = self.run_scores(workdir, due)
+            for step, score in zip(due, now):
+                if running and step > last:
+                    break  # not passed yet: the run may still log episodes up to it
+                reported += 1
+                if score is None:
+                    continue
+                value = float(self.aggregate(scores + [self.normalise(record["env_id"], score)]))
+                trial.report(value, step_base + step)
+                self.show(f"trial {trial.number} {record['env_id']} seed {record['seed']}: step {step}, "
+                          f"score so far {value:.4g}", transient=True)
+            return running and trial.should_prune()
+
         with open(workdir / "log.txt", "w") as log:
             log.write(f"$ cd {workdir} && {shlex.join(argv)}\n")
             log.flush()
             kwargs = {"preexec_fn": tie_to_runner()} if self.popen is subprocess.Popen else {}
             proc = self.popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, **kwargs)
-            reported, pruned = -1, False
             try:
                 while proc.poll() is None:
                     deadline = time.time() + self.report_interval
@@ -464,15 +500,7 @@ class Tuner:
                     if stop:
                         proc.terminate()
                         break
-                    score, step = self.run_score(workdir)
-                    if score is None or step_base + step <= reported or proc.poll() is not None:
-                        continue
-                    reported = step_base + step
-                    value = float(self.aggregate(scores + [self.normalise(record["env_id"], score)]))
-                    trial.report(value, reported)
-                    self.show(f"trial {trial.number} {record['env_id']} seed {record['seed']}: step {step}, "
-                              f"score so far {value:.4g}", transient=True)
-                    if trial.should_prune():
+                    if proc.poll() is None and report(running=True):
                         proc.terminate()  # SIGTERM: the script stops after its current step, saves, exits 143
                         pruned = True
                         break
@@ -481,8 +509,10 @@ class Tuner:
                 proc.terminate()
                 proc.wait()
                 raise
+        if code == 0:
+            report(running=False)  # the steps passed since the last read
         record["seconds"] = round(time.time() - started, 1)
-        return code, reported, pruned
+        return code, pruned
 
     def keep(self, number: int, env_id: str, seed: int, argv: list, workdir: Path, record: dict) -> None:
         """The run's episodes in the kept format, locally and in the study (so `export` works from any machine)."""
@@ -667,6 +697,8 @@ class Tune:
     """nor in the first this fraction of a trial's steps"""
     report_interval: float = 5.0
     """seconds between two reads of a running run's metric"""
+    reports_per_run: int = 10
+    """a trial reports its score at this many evenly spaced steps of each run (the pruner's checks)"""
     heartbeat_interval: int = 30
     """seconds between two heartbeats of a running trial to the store"""
     grace_period: int = 90
@@ -692,7 +724,7 @@ class Export:
     """Write the defaults trial's and the best trial's runs as kept files, for benchmark/report.py."""
 
     study_name: str
-    keep: str = "benchmark/kept/tuning"
+    keep: str = "benchmark/tuning"
     """the folder of the kept files: <keep>/<study>-best/<env_id>/seed<k>.json and <study>-defaults/..."""
     storage: Optional[str] = None
     out: str = "benchmark/results/tuning"
@@ -727,12 +759,13 @@ def tuner_from(args: Tune) -> Tuner:
                   aggregation_type=args.aggregation, metric_last_n_average_window=args.metric_last_n_average_window,
                   seeds=tuple(args.seeds), flags=tuple(flags), sampler=sampler, storage=args.storage,
                   study_name=args.study_name, out=args.out, enqueue_defaults=args.enqueue_defaults,
-                  report_interval=args.report_interval, heartbeat_interval=args.heartbeat_interval,
+                  report_interval=args.report_interval, reports_per_run=args.reports_per_run,
+                  heartbeat_interval=args.heartbeat_interval,
                   grace_period=args.grace_period, max_retry=args.max_retry)
     if args.pruner == "median":
         if not 0 <= args.pruner_warmup_fraction < 1:
             fail("--pruner-warmup-fraction must be in [0, 1)")
-        steps = total_steps(flags, None)
+        steps = total_steps(flags, None) or script_flags(args.script)["total_timesteps"]["default"]
         # one run's steps times the runs of a trial: the steps the trial reports at
         warmup = int(args.pruner_warmup_fraction * (steps or 0) * len(args.env_ids) * len(args.seeds))
         tuner.pruner = optuna.pruners.MedianPruner(n_startup_trials=args.pruner_startup_trials, n_warmup_steps=warmup)
