@@ -22,7 +22,7 @@ with --save-model) and the trial is recorded as pruned.
 Stores: --storage takes any Optuna RDB URL. A PostgreSQL URL (postgresql://user:password@host/db) is shared by every
 worker: start the same command on N processes or machines and they run one study. Workers write a heartbeat; a trial
 whose worker died (kill -9, a lost machine) is marked failed once its heartbeat is older than --grace-period seconds
-and is tried again with the same flags (RetryFailedTrialCallback, up to --max-retry times). A tuner stopped by
+and is tried again with the same flags (RetryHeartbeatStaleTrialCallback, up to --max-retry times). A tuner stopped by
 Ctrl-C, SIGTERM or SIGHUP stops its run with SIGTERM, marks the trial failed and queues its flags to run first.
 Starting the same command again continues the study until it has --trials finished (complete or pruned) trials.
 
@@ -30,7 +30,7 @@ Bad input ends in one `error:` line before any trial: a flag the script does not
 declared range (cleanrl/flags.py), a store that cannot be reached, a study of another direction or command.
 
 Run:
-    python benchmark/tuner.py --script cleanrl/ppo.py --env-ids CartPole-v1 --trials 20 \\
+    python benchmark/tuner.py tune --script cleanrl/ppo.py --env-ids CartPole-v1 --trials 20 \\
         --params learning-rate=log:1e-4:3e-3 ent-coef=float:0:0.05 num-minibatches=choice:2,4,8 \\
         --flags="--total-timesteps 50000"
     python benchmark/tuner.py best --study-name ppo        # the best trial's flags as a ready command line
@@ -38,9 +38,9 @@ Run:
     python benchmark/tuner.py --help
 """
 
-import dataclasses
+import functools
 import json
-import math
+import platform
 import os
 import shlex
 import signal
@@ -68,7 +68,7 @@ RANDOM_RETURN = {"CartPole-v1": 23.68, "Acrobot-v1": -497.08, "MountainCar-v0": 
 TRIAL_STATES_DONE = ("COMPLETE", "PRUNED")  # the trials --trials counts
 
 
-warnings.filterwarnings("ignore", message=".*experimental.*")  # Optuna's heartbeat and retry are "experimental"
+warnings.filterwarnings("ignore", message=".*(experimental|ExperimentalWarning)")  # Optuna's heartbeat and retry are "experimental"
 
 
 def fail(message: str) -> NoReturn:
@@ -109,6 +109,7 @@ print(json.dumps(described))
 """
 
 
+@functools.lru_cache(maxsize=None)
 def script_flags(script: str, python: str = sys.executable) -> dict[str, dict]:
     """{flag name (underscores): {"type", "range", "default"}} of the script, from a parse of its Args in a subprocess
     (the tuner itself never imports a script)."""
@@ -353,20 +354,25 @@ class Tuner:
         """The study, created or continued; a study of another direction or another command fails."""
         import optuna
         import sqlalchemy.exc
-        from optuna.storages import RDBStorage, RetryFailedTrialCallback
+        from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
         if self.storage.startswith("sqlite:///"):
             Path(self.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         engine = {"connect_args": {"connect_timeout": 10}} if self.storage.startswith("postgresql") else {}
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # heartbeat_interval is "experimental"
+        for attempt in range(3):
+            try:
                 storage = RDBStorage(self.storage, engine_kwargs=engine, heartbeat_interval=self.heartbeat_interval,
                                      grace_period=self.grace_period,
-                                     heartbeat_stale_trial_callback=RetryFailedTrialCallback(max_retry=self.max_retry))
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as e:
-            reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
-            fail(f"cannot open the store {redact(self.storage)}: {reason}")
+                                     heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry))
+                break
+            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+                # workers started together on an empty database race to create Optuna's tables: the loser tries again
+                if attempt == 2:
+                    raise
+                time.sleep(1 + attempt)
+            except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as e:
+                reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+                fail(f"cannot open the store {redact(self.storage)}: {reason}")
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # the tuner says what happens to each trial itself
         command = {"script": portable_command([str(Path(self.script).resolve())])[0], "env_ids": self.env_ids,
                    "seeds": list(self.seeds), "flags": list(self.flags), "metric": self.metric,
@@ -418,12 +424,13 @@ class Tuner:
 
     def objective(self, trial, stop: list) -> float:
         import optuna
-        from optuna.storages import RetryFailedTrialCallback
+        from optuna.storages import RetryHeartbeatStaleTrialCallback
 
         params = self.params_fn(trial)
         frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
-        first = RetryFailedTrialCallback.retried_trial_number(frozen)
+        first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
         trial.set_user_attr("flags", as_flags(params))
+        trial.set_user_attr("worker", f"{platform.node()}:{os.getpid()}")
         if first is not None:
             trial.set_user_attr("retry_of", first)
         scores, runs, step_base = [], [], 0
@@ -793,18 +800,21 @@ def load(study_name: str, storage: Optional[str], out: str):
     return study
 
 
+# the command line: `tune`, `best` or `export`, then that command's flags
+Args = Union[Tune, Best, Export]
+
+
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("best", "export"):
-        command = tyro.cli(Best if argv[0] == "best" else Export, args=argv[1:])
-        study = load(command.study_name, command.storage, command.out)
-        if isinstance(command, Best):
-            print_best(study)
-        else:
-            for path in export(study, Path(command.keep)):
-                print(f"wrote {path}")
+    args = tyro.cli(Args, args=argv)
+    if isinstance(args, Tune):
+        tuner_from(args).tune(args.trials)
         return 0
-    args = tyro.cli(Tune, args=argv)
-    tuner_from(args).tune(args.trials)
+    study = load(args.study_name, args.storage, args.out)
+    if isinstance(args, Best):
+        print_best(study)
+    else:
+        for path in export(study, Path(args.keep)):
+            print(f"wrote {path}")
     return 0
 
 
