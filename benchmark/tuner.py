@@ -34,10 +34,11 @@ Run:
         --params learning-rate=log:1e-4:3e-3 ent-coef=float:0:0.05 num-minibatches=choice:2,4,8 \\
         --flags="--total-timesteps 50000"
     python benchmark/tuner.py best --study-name ppo        # the best trial's flags as a ready command line
-    python benchmark/tuner.py export --study-name ppo --keep benchmark/tuning   # kept files of defaults and best
+    python benchmark/tuner.py export --study-name ppo       # kept files of the defaults and the best trial
     python benchmark/tuner.py --help
 """
 
+import csv
 import functools
 import json
 import platform
@@ -625,26 +626,64 @@ def best_commands(study) -> list[str]:
     return [shlex.join(["python", command["script"], *flags, "--env-id", env_id]) for env_id in command["env_ids"]]
 
 
-def print_best(study) -> None:
+def defaults_trial(study):
+    done = [t for t in study.trials if t.user_attrs.get("defaults") and t.state.name == "COMPLETE"]
+    return done[0] if done else None
+
+
+def heldout_commands(study, seeds: list[int], keep: str) -> list[str]:
+    """benchmark/run.py commands that run the script's defaults and the best flags on other seeds than the study's,
+    kept in `keep` for benchmark/report.py, and the report.py command that draws one against the other."""
+    command = study.user_attrs["command"]
+    overlap = sorted(set(seeds) & set(command["seeds"]))
+    if overlap:
+        fail(f"--heldout-seeds {' '.join(map(str, overlap))} tuned the study; held-out seeds must be others")
+    lines, folders = [], []
+    for label, tuned in (("defaults", []), ("best", study.best_trial.user_attrs["flags"])):
+        name = f"{study.study_name}-heldout-{label}"
+        folders.append(f"{keep}/{name}")
+        lines.append(shlex.join(["python", "benchmark/run.py", "--keep", keep, "--name", name, "--env-ids",
+                                 *command["env_ids"], "--seeds", *map(str, seeds), "--", "python", command["script"],
+                                 *command["flags"], *tuned]))
+    lines.append(shlex.join(["python", "benchmark/report.py", "--results", *folders, "--labels", "defaults", "best",
+                             "--out", f"benchmark/report/{study.study_name}-heldout"]))
+    return lines
+
+
+def print_best(study, heldout_seeds: Optional[list[int]] = None, keep: str = "benchmark/tuning") -> None:
     best = study.best_trial
     print(f"best trial {best.number}: value {best.value:.6g}, {json.dumps(best.params)}")
     for line in best_commands(study):
         print(line)
-    defaults = [t for t in study.trials if t.user_attrs.get("defaults") and t.state.name == "COMPLETE"]
-    if defaults:
-        print(f"the script's defaults (trial {defaults[0].number}): value {defaults[0].value:.6g}")
+    defaults = defaults_trial(study)
+    if defaults is not None:
+        print(f"the script's defaults (trial {defaults.number}): value {defaults.value:.6g}")
+    if heldout_seeds:
+        print("# the defaults against the best flags on held-out seeds:")
+        for line in heldout_commands(study, heldout_seeds, keep):
+            print(line)
 
 
 def export(study, keep: Path) -> list[Path]:
-    """The runs of the defaults trial and of the best trial as kept files: keep/<study>-defaults/ and
-    keep/<study>-best/ (benchmark/report.py --results those folders draws one against the other)."""
+    """The runs of the defaults trial and of the best trial, on the study's seeds, as kept files:
+    keep/<study>-tuning-defaults/ and keep/<study>-tuning-best/ (benchmark/report.py --results with both folders draws
+    one against the other), and keep/<study>-trials.csv: every trial's state, value and flags."""
     written = []
     chosen = {"best": study.best_trial}
-    defaults = [t for t in study.trials if t.user_attrs.get("defaults") and t.state.name == "COMPLETE"]
-    if defaults:
-        chosen["defaults"] = defaults[0]
+    if defaults_trial(study) is not None:
+        chosen["defaults"] = defaults_trial(study)
+    table = keep / f"{study.study_name}-trials.csv"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    with open(table, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["trial", "state", "value", "seconds", "worker", "flags"])
+        for t in study.trials:
+            seconds = sum(r.get("seconds") or 0 for r in t.user_attrs.get("runs", []))
+            out.writerow([t.number, t.state.name, "" if t.value is None else f"{t.value:.6g}", f"{seconds:.1f}",
+                          t.user_attrs.get("worker", ""), shlex.join(t.user_attrs.get("flags", []))])
+    written.append(table)
     for label, trial in chosen.items():
-        name = f"{study.study_name}-{label}"
+        name = f"{study.study_name}-tuning-{label}"
         for run in trial.user_attrs.get("runs", []):
             if "episodes" not in run:
                 continue
@@ -724,6 +763,10 @@ class Best:
     storage: Optional[str] = None
     """the store; None: SQLite in --out/<study>/study.db"""
     out: str = "benchmark/results/tuning"
+    heldout_seeds: list[int] = field(default_factory=lambda: [101, 102, 103])
+    """also print the benchmark/run.py commands that run the defaults and the best flags on these seeds (none: not)"""
+    keep: str = "benchmark/tuning"
+    """the folder those commands keep their runs in"""
 
 
 @dataclass
@@ -811,7 +854,7 @@ def main(argv: list[str]) -> int:
         return 0
     study = load(args.study_name, args.storage, args.out)
     if isinstance(args, Best):
-        print_best(study)
+        print_best(study, args.heldout_seeds, args.keep)
     else:
         for path in export(study, Path(args.keep)):
             print(f"wrote {path}")

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ optuna = pytest.importorskip("optuna", reason="optional dependency: optuna (pip 
 from benchmark import tuner as tuning  # noqa: E402
 from tests import prestart  # noqa: E402
 from tests.helpers import script_env  # noqa: E402
-from tests.test_docs_layout import needs_browser  # noqa: E402
+from tests.test_docs_layout import browser, needs_browser  # noqa: E402, F401  (the fixture: Debian's Chromium)
 
 ROOT = Path(__file__).resolve().parent.parent
 PPO = str(ROOT / "cleanrl" / "ppo.py")
@@ -131,11 +132,12 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
+def postgres():
     """A throwaway PostgreSQL server on a loopback port; its URL. PostgreSQL refuses to run as root, so as root the
-    server runs as the `postgres` user Debian's package creates."""
+    server runs as the `postgres` user Debian's package creates, in a folder of its own directly in the temporary
+    directory (pytest's folders are root's alone)."""
     pytest.importorskip("psycopg", reason="optional dependency: psycopg (pip install -e '.[tune]')")
-    folder = tmp_path_factory.mktemp("postgres")
+    folder = Path(tempfile.mkdtemp(prefix="tuner-postgres-"))
     as_user = []
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
@@ -147,6 +149,7 @@ def postgres(tmp_path_factory):
                     f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"], check=True, capture_output=True)
     yield f"postgresql://tuner@127.0.0.1:{port}/postgres"
     subprocess.run([*as_user, bin_dir / "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def tuner_command(out: Path, storage: str, *extra: str) -> list[str]:
