@@ -238,6 +238,7 @@ class Tuner:
     enqueue_defaults: bool = True
     report_interval: float = 5.0
     reports_per_run: int = 10
+    checkpoint_frequency: int = 0
     heartbeat_interval: int = 30
     grace_period: int = 90
     max_retry: int = 1
@@ -325,9 +326,11 @@ class Tuner:
             if name not in declared:
                 fail(f"{self.script} has no --{name.replace('_', '-')}; the tuner sets it for every run")
         tuner_set = {"env_id", "seed"}
+        if self.checkpoint_frequency:
+            tuner_set |= {"save_model", "checkpoint_frequency", "resume"}
         for name in flag_names(list(self.flags)):
             if name in tuner_set:
-                fail(f"--flags sets --{name.replace('_', '-')}, which the tuner sets for each run (--env-ids, --seeds)")
+                fail(f"--flags sets --{name.replace('_', '-')}, which the tuner sets for each run")
             if name not in declared:
                 fail(f"--flags names --{name.replace('_', '-')}, which {self.script} does not have (see its --help)")
         for name, dist in self.search_space().items():
@@ -430,6 +433,11 @@ class Tuner:
         params = self.params_fn(trial)
         frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
         first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
+        # a repeat of a trial whose worker died or was stopped runs in the directories of the trial it repeats (the
+        # first of a chain of repeats): with --checkpoint-frequency its runs continue from their checkpoints there
+        history = RetryHeartbeatStaleTrialCallback.retry_history(frozen)
+        home = trial.user_attrs.get("home_trial", history[0] if history else trial.number)
+        trial.set_user_attr("home_trial", home)
         trial.set_user_attr("flags", as_flags(params))
         trial.set_user_attr("worker", f"{platform.node()}:{os.getpid()}")
         if first is not None:
@@ -437,8 +445,10 @@ class Tuner:
         scores, runs, step_base = [], [], 0
         for env_id in self.env_ids:
             for seed in self.seeds:
-                workdir = self.root / f"trial{trial.number}" / env_id / f"seed{seed}"
-                argv = [self.python, str(Path(self.script).resolve()), *self.flags, *as_flags(params),
+                workdir = self.root / f"trial{home}" / env_id / f"seed{seed}"
+                resume = ("--save-model", "--checkpoint-frequency", str(self.checkpoint_frequency), "--resume",
+                          "auto") if self.checkpoint_frequency else ()
+                argv = [self.python, str(Path(self.script).resolve()), *self.flags, *as_flags(params), *resume,
                         "--env-id", env_id, "--seed", str(seed)]
                 record = {"env_id": env_id, "seed": seed, "workdir": str(workdir)}
                 code, pruned = self.run(trial, argv, workdir, scores, step_base, stop, record)
@@ -467,11 +477,12 @@ class Tuner:
 
         The trial reports at fixed steps, --reports-per-run of each run's steps (runs counted one after the other),
         whatever the moment the tuner reads the events: the pruner compares trials at the same steps."""
-        if workdir.exists():  # an attempt of an earlier tuner: this trial number is run again from the start
+        if workdir.exists() and not (self.checkpoint_frequency and list(workdir.glob("runs/*/checkpoint.pt"))):
+            # an attempt that left no checkpoint to continue from: set aside, and the run starts again from zero
             stale = self.root / ".incomplete" / f"{workdir.relative_to(self.root)}-{int(time.time())}"
             stale.parent.mkdir(parents=True, exist_ok=True)
             workdir.rename(stale)
-        workdir.mkdir(parents=True)
+        workdir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         grid = [round(self.run_steps * (k + 1) / self.reports_per_run) for k in range(self.reports_per_run)]
         started, reported, pruned = time.time(), 0, False
@@ -495,7 +506,7 @@ class Tuner:
                           f"score so far {value:.4g}", transient=True)
             return running and trial.should_prune()
 
-        with open(workdir / "log.txt", "w") as log:
+        with open(workdir / "log.txt", "a") as log:  # a continued run's log goes on
             log.write(f"$ cd {workdir} && {shlex.join(argv)}\n")
             log.flush()
             kwargs = {"preexec_fn": tie_to_runner()} if self.popen is subprocess.Popen else {}
@@ -595,7 +606,8 @@ class Tuner:
         except Stopped as stopped:
             for trial in stopped_trials:  # the stopped trial runs first next time, with the same flags
                 if trial.params:
-                    attrs = {"retry_of": trial.number, **({"defaults": True} if trial.user_attrs.get("defaults") else {})}
+                    attrs = {"retry_of": trial.number, "home_trial": trial.user_attrs.get("home_trial", trial.number),
+                             **({"defaults": True} if trial.user_attrs.get("defaults") else {})}
                     study.enqueue_trial(trial.params, user_attrs=attrs)
             say(f"stopped by {stopped}; {self.progress(study)}; the same command continues the study")
             raise SystemExit(128 + stopped.signum)
@@ -753,6 +765,9 @@ class Tune:
     """how many times a trial whose worker died is tried again"""
     enqueue_defaults: bool = True
     """if toggled, the study's first trial runs the script's defaults of the tuned flags (the baseline)"""
+    checkpoint_frequency: int = 0
+    """> 0: runs checkpoint every this many updates (--save-model --checkpoint-frequency N --resume auto), and a
+    trial repeated after its worker died or was stopped continues its runs from their checkpoints (same --out)"""
 
 
 @dataclass
@@ -810,6 +825,7 @@ def tuner_from(args: Tune) -> Tuner:
                   seeds=tuple(args.seeds), flags=tuple(flags), sampler=sampler, storage=args.storage,
                   study_name=args.study_name, out=args.out, enqueue_defaults=args.enqueue_defaults,
                   report_interval=args.report_interval, reports_per_run=args.reports_per_run,
+                  checkpoint_frequency=args.checkpoint_frequency,
                   heartbeat_interval=args.heartbeat_interval,
                   grace_period=args.grace_period, max_retry=args.max_retry)
     if args.pruner == "median":

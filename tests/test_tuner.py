@@ -252,3 +252,33 @@ def test_the_study_opens_in_optuna_dashboard(worked_study, browser, tmp_path):
     finally:
         dashboard.send_signal(signal.SIGTERM)
         dashboard.wait(timeout=30)
+
+
+@pytest.mark.heavy
+def test_a_stopped_tuner_continues_its_trial_from_the_checkpoint(tmp_path):
+    """SIGTERM to the tuner in the middle of a run that checkpoints: the run saves and exits 143, the trial is marked
+    failed and its flags queued; the same command again repeats the trial, whose run continues from its checkpoint
+    instead of starting over."""
+    command = [sys.executable, str(ROOT / "benchmark" / "tuner.py"), "tune", "--script", PPO, "--out", str(tmp_path),
+               "--params", "learning-rate=log:1e-4:1e-2", "--flags=--total-timesteps 40960 --eval-episodes 1",
+               "--checkpoint-frequency", "2", "--trials", "1", "--report-interval", "0.5"]
+    tuner = subprocess.Popen(command, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workdir = tmp_path / "ppo" / "trial0" / "CartPole-v1" / "seed1"
+    deadline = time.time() + 120
+    while not list(workdir.glob("runs/*/checkpoint.pt")):
+        assert tuner.poll() is None and time.time() < deadline, tuner.communicate()
+        time.sleep(0.05)
+    tuner.send_signal(signal.SIGTERM)
+    stdout, stderr = tuner.communicate(timeout=120)
+    assert tuner.returncode == 143, stdout + stderr
+    assert "SIGTERM: stopped after global step" in (workdir / "log.txt").read_text()
+    again = subprocess.run(command, env=script_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    storage = f"sqlite:///{tmp_path / 'ppo' / 'study.db'}"
+    trials = optuna.load_study(study_name="ppo", storage=storage).trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[1].params == trials[0].params and trials[1].user_attrs["retry_of"] == 0
+    assert trials[1].user_attrs["home_trial"] == 0 and trials[1].user_attrs["defaults"]
+    log = (workdir / "log.txt").read_text()
+    assert "; resuming CartPole-v1__ppo__1__" in log and "done: 40960 steps" in log, log
+    assert trials[1].user_attrs["runs"][0]["last_step"] >= 40000
