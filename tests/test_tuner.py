@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PPO = str(ROOT / "cleanrl" / "ppo.py")
 # a constant learning rate, logged as charts/learning_rate every iteration of 512 steps: a metric every trial reaches
 # at the same steps with the value the trial chose, so which trials the median pruner stops is known in advance
-LR_RUN = ("--total-timesteps", "16384", "--no-anneal-lr")
+LR_RUN = ("--total-timesteps", "8192", "--no-anneal-lr")
 
 
 def forked(cmd, cwd, env, stdout, stderr):
@@ -67,11 +67,11 @@ def test_a_pruned_trial_ends_by_sigterm_and_the_study_continues(tmp_path):
         if trial.state.name == "PRUNED":
             assert run["exit_code"] == 143 and run["pruned"], (run, log)
             assert "SIGTERM: stopped after global step" in log, log
-            assert run["last_step"] < 16384 and trial.user_attrs["pruned_by"] == "SIGTERM"
+            assert run["last_step"] < 8192 and trial.user_attrs["pruned_by"] == "SIGTERM"
             assert len(trial.intermediate_values) < 8
         else:  # reported at the same 8 steps of the run, whenever the tuner read the events
-            assert run["exit_code"] == 0 and "done: 16384 steps" in log, log
-            assert sorted(trial.intermediate_values) == [2048 * k for k in range(1, 9)]
+            assert run["exit_code"] == 0 and "done: 8192 steps" in log, log
+            assert sorted(trial.intermediate_values) == [1024 * k for k in range(1, 9)]
             assert trial.value == pytest.approx(trial.params["learning-rate"])
     # the kept file of every run, as benchmark/report.py reads it
     kept = json.loads((tmp_path / "ppo" / "kept" / "trial2" / "CartPole-v1" / "seed1.json").read_text())
