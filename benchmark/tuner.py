@@ -48,6 +48,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +70,8 @@ RANDOM_RETURN = {"CartPole-v1": 23.68, "Acrobot-v1": -497.08, "MountainCar-v0": 
 TRIAL_STATES_DONE = ("COMPLETE", "PRUNED")  # the trials --trials counts
 
 
-warnings.filterwarnings("ignore", message=".*(experimental|ExperimentalWarning)")  # Optuna's heartbeat and retry are "experimental"
+# Optuna calls its heartbeat and the retry of stale trials "experimental"
+warnings.filterwarnings("ignore", message=".*(experimental|ExperimentalWarning)")
 
 
 def fail(message: str) -> NoReturn:
@@ -104,8 +106,9 @@ ranges = flags.flag_ranges(module.Args)
 described = {}
 for f in dataclasses.fields(module.Args):
     default = f.default if f.default is not dataclasses.MISSING else None
+    plain = isinstance(default, (bool, int, float, str, type(None)))
     described[f.name] = {"type": flags.type_name(hints[f.name]), "range": ranges.get(f.name),
-                         "default": default if isinstance(default, (bool, int, float, str, type(None))) else str(default)}
+                         "default": default if plain else str(default)}
 print(json.dumps(described))
 """
 
@@ -123,7 +126,8 @@ def script_flags(script: str, python: str = sys.executable) -> dict[str, dict]:
 
 def in_range(value: float, interval: str) -> bool:
     low, high = (float(end) for end in interval[1:-1].split(","))
-    return (low <= value if interval[0] == "[" else low < value) and (value <= high if interval[-1] == "]" else value < high)
+    above = low <= value if interval[0] == "[" else low < value
+    return above and (value <= high if interval[-1] == "]" else value < high)
 
 
 def flag_key(name: str) -> str:
@@ -365,9 +369,9 @@ class Tuner:
         engine = {"connect_args": {"connect_timeout": 10}} if self.storage.startswith("postgresql") else {}
         for attempt in range(3):
             try:
+                retry = RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry)
                 storage = RDBStorage(self.storage, engine_kwargs=engine, heartbeat_interval=self.heartbeat_interval,
-                                     grace_period=self.grace_period,
-                                     heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry))
+                                     grace_period=self.grace_period, heartbeat_stale_trial_callback=retry)
                 break
             except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
                 # workers started together on an empty database race to create Optuna's tables: the loser tries again
@@ -386,8 +390,8 @@ class Tuner:
         if self.study_name in names:
             existing = names[self.study_name]
             if existing.direction.name.lower() != self.direction:
-                fail(f"the study {self.study_name} in {redact(self.storage)} is one to {existing.direction.name.lower()}"
-                     f", not to {self.direction}; give another --study-name")
+                fail(f"the study {self.study_name} in {redact(self.storage)} is one to "
+                     f"{existing.direction.name.lower()}, not to {self.direction}; give another --study-name")
             old = existing.user_attrs.get("command")
             if old is not None and old != command:
                 diff = ", ".join(k for k in command if old.get(k) != command[k])
@@ -621,6 +625,34 @@ class Tuner:
         return study.best_trial
 
 
+def storage_from_secret(secret_id: str) -> str:
+    """The store's URL kept in AWS Secrets Manager (so that workers, an AWS Batch array job's children included, share
+    it without a password on their command line): the secret's text is the URL itself, or a JSON object with a "url",
+    or the JSON of an RDS-managed secret (engine, host, port, username, password, dbname). boto3 takes the region and
+    credentials from the environment as usual, and AWS_ENDPOINT_URL where set."""
+    try:
+        import boto3
+        import botocore.exceptions
+    except ImportError:
+        fail("--storage-secret reads AWS Secrets Manager with boto3, which is not installed: pip install -e '.[cloud]'")
+    try:
+        text = boto3.client("secretsmanager").get_secret_value(SecretId=secret_id)["SecretString"]
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, KeyError) as e:
+        fail(f"cannot read the secret {secret_id} from AWS Secrets Manager: {e}")
+    if not text.lstrip().startswith("{"):
+        return text.strip()
+    try:
+        fields = json.loads(text)
+        if "url" in fields:
+            return fields["url"]
+        engine = {"postgres": "postgresql", "postgresql": "postgresql", "mysql": "mysql+pymysql"}[fields["engine"]]
+        user, password = (urllib.parse.quote(fields[k], safe="") for k in ("username", "password"))
+        where = f"{fields['host']}:{fields.get('port', 5432)}/{fields.get('dbname', 'postgres')}"
+        return f"{engine}://{user}:{password}@{where}"
+    except (ValueError, KeyError, TypeError) as e:
+        fail(f"the secret {secret_id} is neither a store URL nor JSON with a \"url\" or RDS's fields (missing {e})")
+
+
 def redact(url: str) -> str:
     """A store's URL without its password, for messages."""
     if "://" in url and "@" in url.split("://", 1)[1]:
@@ -718,7 +750,8 @@ class Tune:
     script: str
     """the script to tune, e.g. cleanrl/ppo.py"""
     params: list[str]
-    """the search space: NAME=float:LOW:HIGH, NAME=log:LOW:HIGH, NAME=int:LOW:HIGH, NAME=intlog:LOW:HIGH or NAME=choice:A,B,..."""
+    """the search space, one flag each: NAME=float:LOW:HIGH, NAME=log:LOW:HIGH (log scale), NAME=int:LOW:HIGH,
+    NAME=intlog:LOW:HIGH or NAME=choice:A,B,..."""
     env_ids: list[str] = field(default_factory=lambda: ["CartPole-v1"])
     """the env ids every trial runs on"""
     seeds: list[int] = field(default_factory=lambda: [1])
@@ -741,6 +774,8 @@ class Tune:
     """the study's name; None: the script's name (ppo)"""
     storage: Optional[str] = None
     """an Optuna RDB URL (postgresql://user:password@host:5432/db for many workers); None: SQLite in --out"""
+    storage_secret: Optional[str] = None
+    """instead of --storage: the name or ARN of an AWS Secrets Manager secret holding the URL (or RDS's JSON)"""
     out: str = "benchmark/results/tuning"
     """the folder of the runs: <out>/<study>/trial<n>/<env_id>/seed<k>/"""
     sampler: Literal["tpe", "random"] = "tpe"
@@ -815,6 +850,9 @@ def tuner_from(args: Tune) -> Tuner:
             fail(f"--target-scores {item!r} is not ENV=LOW:HIGH")
         targets[env_id] = [low, high]
     flags = shlex.split(args.flags)
+    if args.storage is not None and args.storage_secret is not None:
+        fail("give --storage or --storage-secret, not both")
+    storage = storage_from_secret(args.storage_secret) if args.storage_secret else args.storage
     if args.sampler == "tpe":
         sampler = optuna.samplers.TPESampler(seed=args.sampler_seed)
     else:
@@ -822,7 +860,7 @@ def tuner_from(args: Tune) -> Tuner:
     tuner = Tuner(script=args.script, params_fn=params_from_specs(args.params), env_ids=args.env_ids,
                   target_scores=targets, metric=args.metric, direction=args.direction,
                   aggregation_type=args.aggregation, metric_last_n_average_window=args.metric_last_n_average_window,
-                  seeds=tuple(args.seeds), flags=tuple(flags), sampler=sampler, storage=args.storage,
+                  seeds=tuple(args.seeds), flags=tuple(flags), sampler=sampler, storage=storage,
                   study_name=args.study_name, out=args.out, enqueue_defaults=args.enqueue_defaults,
                   report_interval=args.report_interval, reports_per_run=args.reports_per_run,
                   checkpoint_frequency=args.checkpoint_frequency,
@@ -831,7 +869,7 @@ def tuner_from(args: Tune) -> Tuner:
     if args.pruner == "median":
         if not 0 <= args.pruner_warmup_fraction < 1:
             fail("--pruner-warmup-fraction must be in [0, 1)")
-        steps = total_steps(flags, None) or script_flags(args.script)["total_timesteps"]["default"]
+        steps = total_steps(flags, None) or script_flags(args.script, sys.executable)["total_timesteps"]["default"]
         # one run's steps times the runs of a trial: the steps the trial reports at
         warmup = int(args.pruner_warmup_fraction * (steps or 0) * len(args.env_ids) * len(args.seeds))
         tuner.pruner = optuna.pruners.MedianPruner(n_startup_trials=args.pruner_startup_trials, n_warmup_steps=warmup)

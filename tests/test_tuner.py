@@ -37,7 +37,7 @@ def forked(cmd, cwd, env, stdout, stderr):
 
 def lr_tuner(out: Path, **kwargs) -> tuning.Tuner:
     settings = dict(script=PPO, env_ids=["CartPole-v1"], metric="charts/learning_rate", flags=LR_RUN,
-                    params_fn=lambda trial: {"learning-rate": trial.suggest_float("learning-rate", 1e-6, 1e-2, log=True)},
+                    params_fn=lambda t: {"learning-rate": t.suggest_float("learning-rate", 1e-6, 1e-2, log=True)},
                     pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0),
                     metric_last_n_average_window=4, report_interval=0.1, reports_per_run=8, out=str(out),
                     popen=forked, quiet=True)
@@ -88,7 +88,8 @@ def test_bad_input_stops_before_any_trial(tmp_path):
     """A flag the script does not have, a range outside the flag's own, a store that cannot be reached, a study of
     the other direction: one `error:` line each, and no trial started."""
     cases = {
-        "--learning-rat is not a flag of": dict(params_fn=lambda t: {"learning-rat": t.suggest_float("learning-rat", 1e-4, 1e-3)}),
+        "--learning-rat is not a flag of": dict(
+            params_fn=lambda t: {"learning-rat": t.suggest_float("learning-rat", 1e-4, 1e-3)}),
         "--gamma is tuned over 0.9..1.5, outside the flag's range [0, 1]": dict(
             params_fn=lambda t: {"gamma": t.suggest_float("gamma", 0.9, 1.5)}),
         "--num-steps takes an integer": dict(params_fn=lambda t: {"num-steps": t.suggest_float("num-steps", 64, 256)}),
@@ -122,7 +123,8 @@ def postgres_bin() -> Path | None:
     return found[-1].parent if found else (Path(shutil.which("pg_ctl")).parent if shutil.which("pg_ctl") else None)
 
 
-needs_postgres = pytest.mark.skipif(postgres_bin() is None, reason="optional dependency: PostgreSQL (apt-get install postgresql)")
+needs_postgres = pytest.mark.skipif(postgres_bin() is None,
+                                    reason="optional dependency: PostgreSQL (apt-get install postgresql)")
 
 
 def free_port() -> int:
@@ -146,7 +148,8 @@ def postgres():
     subprocess.run([*as_user, bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "tuner", "--no-sync"], check=True,
                    capture_output=True)
     subprocess.run([*as_user, bin_dir / "pg_ctl", "-D", data, "-l", folder / "log", "-w", "start", "-o",
-                    f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"], check=True, capture_output=True)
+                    f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"],
+                   check=True, capture_output=True)
     yield f"postgresql://tuner@127.0.0.1:{port}/postgres"
     subprocess.run([*as_user, bin_dir / "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"], capture_output=True)
     shutil.rmtree(folder, ignore_errors=True)
@@ -282,3 +285,39 @@ def test_a_stopped_tuner_continues_its_trial_from_the_checkpoint(tmp_path):
     log = (workdir / "log.txt").read_text()
     assert "; resuming CartPole-v1__ppo__1__" in log and "done: 40960 steps" in log, log
     assert trials[1].user_attrs["runs"][0]["last_step"] >= 40000
+
+
+def test_the_store_url_comes_from_aws_secrets_manager(tmp_path, monkeypatch):
+    """--storage-secret: the URL as the secret's text, or an RDS-managed secret's JSON; a missing secret is one error
+    line. Against moto's Secrets Manager, in process."""
+    moto = pytest.importorskip("moto", reason="optional dependency: moto (pip install -e '.[dev]')")
+    import boto3
+
+    for key, value in dict(AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing",
+                           AWS_SECRET_ACCESS_KEY="testing").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with moto.mock_aws():
+        secrets = boto3.client("secretsmanager")
+        url = f"sqlite:///{tmp_path / 'shared.db'}"
+        secrets.create_secret(Name="tuner/url", SecretString=url)
+        secrets.create_secret(Name="tuner/rds", SecretString=json.dumps(
+            {"engine": "postgres", "host": "db.internal", "port": 5432, "username": "tuner", "password": "p@ss/word",
+             "dbname": "tuning"}))
+        args = tyro_args("tune", "--script", PPO, "--params", "learning-rate=log:1e-4:1e-2", "--out", str(tmp_path),
+                         "--pruner", "none",
+                         "--storage-secret", "tuner/url")
+        tuner = tuning.tuner_from(args)
+        assert tuner.storage == url
+        tuner.open_study(tuner.check())
+        assert optuna.load_study(study_name="ppo", storage=url).user_attrs["command"]["script"] == "cleanrl/ppo.py"
+        assert tuning.storage_from_secret("tuner/rds") == "postgresql://tuner:p%40ss%2Fword@db.internal:5432/tuning"
+        with pytest.raises(SystemExit) as stop:
+            tuning.storage_from_secret("tuner/none")
+        assert str(stop.value.code).startswith("error: cannot read the secret tuner/none from AWS Secrets Manager")
+
+
+def tyro_args(*argv: str):
+    import tyro
+
+    return tyro.cli(tuning.Args, args=list(argv))
