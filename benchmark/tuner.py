@@ -12,15 +12,19 @@ after the other, each in its own working directory (as benchmark/run.py does):
 Score of a run: the mean of the last --metric-last-n-average-window values of --metric in its event files. Score of a
 trial: the average (--aggregation) of its runs' scores; with several env ids each env is first normalised to
 (score - low) / (high - low), by --target-scores ENV=LOW:HIGH or else by the reference scores the benchmark knows
-(REFERENCE: a random policy's return as low, upstream CleanRL's published return of the script as high).
+(RANDOM_RETURN: a random policy's return as low; upstream CleanRL's published return of the script as high).
 
 Pruning: while a run goes, the tuner reads its event files every --report-interval seconds and reports the trial's
-score so far (finished runs by their score, the running one by its episodes so far) at the step reached (runs
-counted one after the other). A run the pruner stops gets SIGTERM: the script ends cleanly (exit 143, a checkpoint
-with --save-model) and the trial is recorded as pruned.
+score so far (finished runs by their score, the running one by its episodes so far) at --reports-per-run fixed steps
+of each run (runs counted one after the other), so that trials are compared at the same steps. A run the pruner stops
+gets SIGTERM: the script ends cleanly (exit 143, a checkpoint with --save-model) and the trial is recorded as pruned.
+With --checkpoint-frequency a trial repeated after its worker died or was stopped continues its runs' checkpoints.
 
-Stores: --storage takes any Optuna RDB URL. A PostgreSQL URL (postgresql://user:password@host/db) is shared by every
-worker: start the same command on N processes or machines and they run one study. Workers write a heartbeat; a trial
+The tuner never imports a script: it learns the script's flags, their ranges and defaults from a parse of the
+script's Args in a subprocess (script_flags).
+
+Stores: --storage takes any Optuna RDB URL (or --storage-secret names an AWS Secrets Manager secret holding it). A
+PostgreSQL URL (postgresql://user:password@host/db) is shared by every worker: start the same command on N processes or machines and they run one study. Workers write a heartbeat; a trial
 whose worker died (kill -9, a lost machine) is marked failed once its heartbeat is older than --grace-period seconds
 and is tried again with the same flags (RetryHeartbeatStaleTrialCallback, up to --max-retry times). A tuner stopped by
 Ctrl-C, SIGTERM or SIGHUP stops its run with SIGTERM, marks the trial failed and queues its flags to run first.
