@@ -403,6 +403,10 @@ class Tuner:
                      "differ); give another --study-name")
         study = optuna.create_study(study_name=self.study_name, storage=storage, direction=self.direction,
                                     sampler=self.sampler, pruner=self.pruner, load_if_exists=True)
+        if study.trials:
+            # a continued study: a seeded sampler would draw its first trials again, which this worker (or the one
+            # stopped before it) has already run
+            study.sampler.reseed_rng()
         if "command" not in study.user_attrs:
             study.set_user_attr("command", command)
             study.set_user_attr("defaults", {k: v["default"] for k, v in declared.items()})
@@ -785,7 +789,8 @@ class Tune:
     sampler: Literal["tpe", "random"] = "tpe"
     """the Optuna sampler"""
     sampler_seed: Optional[int] = None
-    """the sampler's seed (one worker draws the same trials again)"""
+    """the sampler's seed: a new study on one worker draws the same trials again (a continued study, or workers
+    started together, need other draws: the seed then applies to the first worker on a new study only)"""
     pruner: Literal["median", "none"] = "median"
     """the Optuna pruner: median stops a run scoring below the median of earlier trials at the same step"""
     pruner_startup_trials: int = 5
