@@ -321,3 +321,53 @@ def tyro_args(*argv: str):
     import tyro
 
     return tyro.cli(tuning.Args, args=list(argv))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# AWS Batch: the workers of one study as an array job (cloud/submit.py submit-tune), against moto's Batch in process
+TUNER_ARGS = ("--script cleanrl/ppo.py --params learning-rate=log:1e-4:1e-2 --trials 40 "
+              "--flags='--total-timesteps 50000'")
+
+
+def test_submit_tune_sends_an_array_job_of_workers_that_read_the_secret(tmp_path, monkeypatch):
+    moto = pytest.importorskip("moto", reason="optional dependency: moto (pip install -e '.[dev]')")
+    import boto3
+
+    from cloud import submit
+
+    for key, value in dict(AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing",
+                           AWS_SECRET_ACCESS_KEY="testing").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with moto.mock_aws(config={"batch": {"use_docker": False}}):
+        iam, batch = boto3.client("iam"), boto3.client("batch")
+        role = iam.create_role(RoleName="batch", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        env = batch.create_compute_environment(computeEnvironmentName="cpu", type="UNMANAGED", state="ENABLED",
+                                               serviceRole=role)["computeEnvironmentArn"]
+        batch.create_job_queue(jobQueueName="cleanrl-cpu-spot", state="ENABLED", priority=1,
+                               computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env}])
+        batch.register_job_definition(jobDefinitionName="cleanrl-single", type="container", containerProperties={
+            "image": "cleanrl:test", "command": ["bash", "-c", "true"],
+            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}]})
+        ids = submit.cli(["submit-tune", "--no-build", "--workers", "3", "--storage-secret", "cleanrl/tuning-db",
+                          "--vcpus", "2", f"--tuner-args={TUNER_ARGS}"])
+        job = batch.describe_jobs(jobs=ids)["jobs"][0]
+    assert job["jobName"] == "cleanrl-tune" and job["arrayProperties"]["size"] == 3
+    command = job["container"]["command"]
+    assert command[:5] == ["python", "benchmark/tuner.py", "tune", "--script", "cleanrl/ppo.py"]
+    assert command[-2:] == ["--storage-secret", "cleanrl/tuning-db"]
+    # what each child runs parses as the tuner's own command line
+    assert tyro_args(*command[2:]).storage_secret == "cleanrl/tuning-db"
+    # bad input: one line, before any AWS call
+    monkeypatch.setattr(submit, "client", lambda *a: pytest.fail(f"AWS client created for {a}"))
+    for argv, message in [
+        ([f"--tuner-args={TUNER_ARGS}"], "--storage-secret is needed"),
+        (["--storage-secret", "s", f"--tuner-args={TUNER_ARGS} --storage sqlite:///x.db"], "must not give --storage"),
+        (["--storage-secret", "s", "--tuner-args=--script cleanrl/ppo.py --parms x=int:1:2"], "not flags of"),
+        (["--storage-secret", "s", "--tuner-args=--script cleanrl/nope.py --params x=int:1:2"], "is not a file"),
+        (["--storage-secret", "s", "--workers", "0", f"--tuner-args={TUNER_ARGS}"], "--workers must be in 1..10000"),
+    ]:
+        with pytest.raises(SystemExit) as stop:
+            submit.cli(["submit-tune", "--no-build", *argv])
+        text = str(stop.value.code)
+        assert text.startswith("error: ") and message in text and "\n" not in text, (argv, text)
