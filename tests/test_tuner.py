@@ -223,11 +223,12 @@ def test_a_killed_workers_trial_is_failed_and_retried(postgres, tmp_path):
 @pytest.mark.heavy
 @needs_postgres
 @needs_browser
-def test_the_study_opens_in_optuna_dashboard(worked_study, browser, tmp_path):
-    """optuna-dashboard serves the workers' study from PostgreSQL; Chromium loads it, shows the study and its trials,
-    and the screenshot is saved."""
-    storage = worked_study[0]
+def test_the_study_opens_in_optuna_dashboard(postgres, browser, tmp_path):
+    """optuna-dashboard serves a small study of the tuner from PostgreSQL; Chromium loads it, shows the study and its
+    trials, and the screenshot is saved."""
     pytest.importorskip("optuna_dashboard", reason="optional dependency: optuna-dashboard (pip install -e '.[tune]')")
+    storage = postgres
+    lr_tuner(tmp_path, storage=storage, study_name="three").tune(3)
     port = free_port()
     dashboard = subprocess.Popen([str(Path(sys.executable).parent / "optuna-dashboard"), storage, "--host",
                                   "127.0.0.1", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
