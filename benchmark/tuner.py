@@ -411,7 +411,9 @@ class Tuner:
             study.set_user_attr("command", command)
             study.set_user_attr("defaults", {k: v["default"] for k, v in declared.items()})
             if self.enqueue_defaults:  # trial 0: the script's own defaults, the baseline every study reports
-                defaults = {name: declared[flag_key(name)]["default"] for name in self.search_space()}
+                # (a flag whose default is None, "off", has no value in the space: that one is drawn)
+                defaults = {name: declared[flag_key(name)]["default"] for name in self.search_space()
+                            if declared[flag_key(name)]["default"] is not None}
                 study.enqueue_trial(defaults, user_attrs={"defaults": True}, skip_if_exists=True)
         return study
 
