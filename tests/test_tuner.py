@@ -306,11 +306,11 @@ def test_the_store_url_comes_from_aws_secrets_manager(tmp_path, monkeypatch):
             {"engine": "postgres", "host": "db.internal", "port": 5432, "username": "tuner", "password": "p@ss/word",
              "dbname": "tuning"}))
         args = tyro_args("tune", "--script", PPO, "--params", "learning-rate=log:1e-4:1e-2", "--out", str(tmp_path),
-                         "--pruner", "none",
+                         "--pruner", "none", "--no-enqueue-defaults",
                          "--storage-secret", "tuner/url")
         tuner = tuning.tuner_from(args)
         assert tuner.storage == url
-        tuner.open_study(tuner.check())
+        tuner.open_study({})  # the study only (its flag checks are test_bad_input_stops_before_any_trial's)
         assert optuna.load_study(study_name="ppo", storage=url).user_attrs["command"]["script"] == "cleanrl/ppo.py"
         assert tuning.storage_from_secret("tuner/rds") == "postgresql://tuner:p%40ss%2Fword@db.internal:5432/tuning"
         with pytest.raises(SystemExit) as stop:
