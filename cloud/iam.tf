@@ -139,3 +139,19 @@ resource "aws_iam_role_policy" "wandb_secret" {
   role   = aws_iam_role.execution.id
   policy = data.aws_iam_policy_document.wandb_secret.json
 }
+
+# A tuning study's workers (cloud/submit.py submit-tune) read the study's store URL from Secrets Manager at run time,
+# with the job role (var.tuner_storage_secret_arn).
+data "aws_iam_policy_document" "tuner_storage_secret" {
+  statement {
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [var.tuner_storage_secret_arn]
+  }
+}
+
+resource "aws_iam_role_policy" "tuner_storage_secret" {
+  count  = var.tuner_storage_secret_arn != "" ? 1 : 0
+  name   = "tuner-storage-secret"
+  role   = aws_iam_role.job.id
+  policy = data.aws_iam_policy_document.tuner_storage_secret.json
+}

@@ -13,6 +13,8 @@ Run:
     python cloud/submit.py resubmit cartpole-100 --failed
     python cloud/submit.py collect cartpole-100 --out sweeps/cartpole-100
     python cloud/submit.py submit-multinode --num-nodes 2 --env-id BreakoutNoFrameskip-v4
+    python cloud/submit.py submit-tune --workers 8 --storage-secret cleanrl/tuning-db \
+        --tuner-args="--script cleanrl/ppo.py --params learning-rate=log:1e-4:1e-2 --trials 100"
     python cloud/submit.py list --job-queue cleanrl-cpu-spot
     python cloud/submit.py wait JOB_ID [JOB_ID ...]
     python cloud/submit.py cancel --terminate JOB_ID [JOB_ID ...]
@@ -172,6 +174,39 @@ class SubmitMultinode(Build):
 
 
 @dataclass
+class SubmitTune(Build):
+    """Submit the workers of one tuning study (benchmark/tuner.py, docs/tuning.md) as one array job: every child runs
+    `benchmark/tuner.py tune` on the study whose store URL a Secrets Manager secret holds."""
+
+    tuner_args: str = ""
+    """the flags of `benchmark/tuner.py tune`, as one shell-quoted string: --script, --params, --env-ids, --trials, ...
+    (not --storage: the workers read the URL from --storage-secret)"""
+    storage_secret: str = ""
+    """name or ARN of the Secrets Manager secret with the study's store URL (the job role must be allowed to read it:
+    terraform's tuner_storage_secret_arn)"""
+    workers: int = 2
+    """the number of workers: the array job's children (1: a single job)"""
+    job_queue: str = "cleanrl-cpu-spot"
+    """job queue (terraform output job_queues)"""
+    job_definition: str = "cleanrl-single"
+    """single-container job definition whose container runs the workers (its command is replaced)"""
+    job_name: str = "cleanrl-tune"
+    """name of the job"""
+    vcpus: Optional[int] = None
+    """vCPUs of each worker; None keeps the job definition's"""
+    memory: Optional[int] = None
+    """memory of each worker in MiB; None keeps the job definition's"""
+    gpus: Optional[int] = None
+    """GPUs of each worker (use a GPU queue); None keeps the job definition's"""
+    timeout_seconds: Optional[int] = None
+    """stop an attempt after this many seconds (at least 60); None keeps the job definition's"""
+    build: bool = True
+    """if toggled, build and push the image first and run the workers on it; --no-build uses --image"""
+    image: Optional[str] = None
+    """with --no-build: image URI to run; None runs the image the job definition names"""
+
+
+@dataclass
 class List(Aws):
     """List the jobs of a queue (or the children of an array job)."""
 
@@ -255,6 +290,7 @@ Command = Union[
     Annotated[Build, tyro.conf.subcommand("build")],
     Annotated[Submit, tyro.conf.subcommand("submit")],
     Annotated[SubmitMultinode, tyro.conf.subcommand("submit-multinode")],
+    Annotated[SubmitTune, tyro.conf.subcommand("submit-tune")],
     Annotated[List, tyro.conf.subcommand("list")],
     Annotated[Wait, tyro.conf.subcommand("wait")],
     Annotated[Cancel, tyro.conf.subcommand("cancel")],
@@ -511,6 +547,61 @@ def plan_multinode(args: SubmitMultinode) -> dict:
     if overrides:
         node_overrides["nodePropertyOverrides"] = [{"targetNodes": "0:", "containerOverrides": overrides}]
     request = {"jobName": args.job_name, "parameters": parameters, "nodeOverrides": node_overrides}
+    if args.timeout_seconds is not None:
+        request["timeout"] = {"attemptDurationSeconds": args.timeout_seconds}
+    return request
+
+
+def plan_tune(args: SubmitTune) -> dict:
+    """The SubmitJob request of `submit-tune`, checked (the tuner's flags by its own parser), without
+    jobQueue/jobDefinition. A retried attempt of a worker (Spot) starts the same command, which joins the study again;
+    the trial the lost worker ran is retried by the tuner's heartbeat."""
+    import contextlib
+    import io
+
+    check_image_flags(args)
+    check_job_definition_name(args.job_definition)
+    check_resources(args.vcpus, args.memory, args.gpus, "worker")
+    check_timeout(args.timeout_seconds)
+    if not args.storage_secret.strip():
+        fail("--storage-secret is needed: the workers read the study's store URL from that Secrets Manager secret")
+    if not 1 <= args.workers <= ARRAY_SIZE_MAX:
+        fail(f"--workers must be in 1..{ARRAY_SIZE_MAX}, got {args.workers}")
+    try:
+        words = shlex.split(args.tuner_args)
+    except ValueError as e:
+        fail(f"--tuner-args is not valid shell text ({e}): {args.tuner_args!r}")
+    if any(w.split("=")[0] in ("--storage", "--storage-secret") for w in words):
+        fail("--tuner-args must not give --storage or --storage-secret: the workers read the URL from --storage-secret")
+    sys.path.insert(0, str(ROOT))
+    from benchmark import tuner
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as said:
+            tuned = tyro.cli(tuner.Tune, args=words)
+    except SystemExit:
+        # tyro's box, in one line: what is missing, what it did not recognise
+        missing, unknown, errors, mode = [], [], [], None
+        for line in (line.strip(" │╭╮╰╯─") for line in said.getvalue().splitlines()):
+            if not line.strip("-─"):
+                continue  # a rule between the box's sections
+            if line.startswith("Error parsing"):
+                errors.append(line[0].lower() + line[1:])
+            if line.startswith(("Missing", "Unrecognized", "For full", "Argument helptext")):
+                mode = line[0]
+            elif mode == "M" and line.startswith("--"):
+                missing.append(line.split()[0])
+            elif mode == "U" and line:
+                unknown.append(line)
+        reason = "; ".join(errors + ([f"missing {' '.join(missing)}"] if missing else [])
+                           + ([f"unrecognized {' '.join(unknown)}"] if unknown else [])) or "see its --help"
+        fail(f"--tuner-args are not flags of benchmark/tuner.py tune ({reason})")
+    check_script(tuned.script)
+    command = ["python", "benchmark/tuner.py", "tune", *words, "--storage-secret", args.storage_secret]
+    overrides = container_overrides(args.vcpus, args.memory, args.gpus, [])
+    request = {"jobName": check_job_name(args.job_name), "containerOverrides": {"command": command, **overrides}}
+    if args.workers > 1:
+        request["arrayProperties"] = {"size": args.workers}
     if args.timeout_seconds is not None:
         request["timeout"] = {"attemptDurationSeconds": args.timeout_seconds}
     return request
@@ -1228,6 +1319,8 @@ def main(args: Command) -> object:
     if isinstance(args, SubmitMultinode):
         request = plan_multinode(args)
         return submit_requests(args, [request])
+    if isinstance(args, SubmitTune):
+        return submit_requests(args, [plan_tune(args)])
     if isinstance(args, Build):
         image = build_and_push(args)
         print(image)

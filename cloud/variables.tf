@@ -230,6 +230,12 @@ variable "wandb_secret_arn" {
   default     = ""
 }
 
+variable "tuner_storage_secret_arn" {
+  description = "ARN of a Secrets Manager secret holding the store URL of a tuning study (docs/tuning.md); empty: none. With it, the jobs' role may read the secret, so the workers of `cloud/submit.py submit-tune` get the URL at run time and no password travels in a submit request."
+  type        = string
+  default     = ""
+}
+
 variable "job_attempts" {
   description = "Attempts of a job; a Spot reclaim (status reason 'Host EC2*'), a run stopped by SIGTERM (exit code 143), a run whose S3 transfers failed (exit code 75) and a container that failed to start (status reason 'Task failed to start', e.g. an image pull error) are retried, any other failure is not."
   type        = number

@@ -341,6 +341,16 @@ def check_command(command: str) -> list[list[str]]:
         if cut < len(argv) and hasattr(module, "SCRIPT"):  # flags after `--` go to the script the tool runs
             check_script_args(relative_to_root(str(module.SCRIPT)), argv[cut + 1 :])
         return []
+    if path == "cloud/submit.py":  # its commands that name a project file: submit-tune's --tuner-args
+        from cloud import submit
+
+        args = parse_cli(path, lambda a: tyro.cli(submit.Command, args=a), argv)
+        if isinstance(args, submit.SubmitTune):
+            try:
+                submit.plan_tune(args)  # the tuner's flags, by the tuner's parser
+            except submit.SubmitError as e:
+                raise AssertionError(f"{command}: {e}") from None
+        return []
     raise AssertionError(f"{command}: no check for {path}")
 
 
@@ -373,6 +383,7 @@ def test_command_check_rejects_what_the_clis_reject():
         "python benchmark/run.py --env-idz CartPole-v1 -- python cleanrl/ppo.py",
         "python benchmark/ppo_atari_multigpu_scaling.py --ranks 1 2 -- --env-backnd gymnasium",
         "bash benchmark/no_such_benchmark.sh",
+        "python cloud/submit.py submit-tune --storage-secret s --tuner-args='--script cleanrl/ppo.py --parms x=int:1:2'",
     ]
     for command in bad:
         with pytest.raises(AssertionError):

@@ -20,7 +20,7 @@ def test_requirements_files_match_pyproject():
     assert proc.returncode == 0, proc.stderr
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = sorted(e for e in project["optional-dependencies"] if e != "all")
-    assert extras == ["atari", "cloud", "dev", "docs", "jax", "mujoco", "procgen"]
+    assert extras == ["atari", "cloud", "dev", "docs", "jax", "mujoco", "procgen", "tune"]
     for name in ["requirements.txt"] + [f"requirements-{e}.txt" for e in extras]:
         lines = [ln for ln in (ROOT / "requirements" / name).read_text().splitlines() if not ln.startswith("#")]
         if name != "requirements.txt":
