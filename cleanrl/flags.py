@@ -63,6 +63,10 @@ class RunArgs:
     """stop an evaluation that takes longer than this many seconds (it then gives no result)"""
     checkpoint_frequency: NonNegativeInt = 0
     """with --save-model, also checkpoint every this many updates (0: only at the end and on SIGINT, SIGTERM, SIGHUP)"""
+    max_runtime: NonNegativeFloat = 0.0
+    """stop at the first safe point after this many seconds, as on SIGTERM: a checkpoint (with --save-model) and
+    exit 143, to go on with --resume. Give a scheduler's hard time limit (AWS Batch's job timeout, which is final)
+    less the time a checkpoint and its upload take (0: no limit)"""
     resume: Optional[str] = None
     """continue a run from a checkpoint or run directory; `auto`: the newest run of this env/exp/seed, if any (a
     finished run trains on when --total-timesteps is larger than its own)"""
@@ -125,7 +129,7 @@ def one_line_help(docstring: str) -> str:
 
 # Flags that leave a run's course unchanged, so a resumed run may give them anew. --compile and --amp change
 # speed (and float rounding) only; --cudagraphs is not among them: a resumed optimizer keeps its capturable setting.
-ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "progress", "progress_interval", "eval_episodes",
+ALLOWED_ON_RESUME = ("resume", "checkpoint_frequency", "max_runtime", "progress", "progress_interval", "eval_episodes",
                      "eval_max_seconds", "cuda", "track", "wandb_project_name", "wandb_entity", "compile", "amp",
                      "torch_threads")
 

@@ -288,6 +288,11 @@ class StopSignal:
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._handle)
 
+    def time_up(self) -> None:
+        """--max-runtime has passed (a timer thread): the loop stops at its next safe point, as on SIGTERM."""
+        if self.received is None:
+            self.received, self.exit_status = "--max-runtime", 128 + signal.SIGTERM
+
     def _handle(self, signum, frame) -> None:
         if self.received is None:
             self.received, self.exit_status = signal.Signals(signum).name, 128 + signum
@@ -389,6 +394,10 @@ class Run:
         self.device, self.checkpoint, self.num_iterations, self.rank = device, checkpoint, num_iterations, rank
         self.checkpoint_path, self.model_path = f"{self.dir}/checkpoint.pt", f"{self.dir}/{args.exp_name}.cleanrl_model"
         self.state, self.envs, self.stop = {}, None, StopSignal()
+        if args.max_runtime > 0:  # this process's time limit: a stop at the first safe point after it
+            timer = threading.Timer(args.max_runtime, self.stop.time_up)
+            timer.daemon = True
+            timer.start()
         self.progress = Progress(num_iterations * steps_per_iteration, args.progress and rank == 0,
                                  args.progress_interval)
         # a resumed run's progress line goes on with the returns it showed when stopped (older checkpoints: none)

@@ -485,6 +485,22 @@ def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(row, stopped):
         assert not logged or logged[-1][0] <= step
 
 
+def test_max_runtime_stops_as_sigterm_does_and_the_resumed_run_goes_on(workdir):
+    # A scheduler's hard time limit (AWS Batch's timeout ends a job for good) is never reached: --max-runtime stops
+    # the run at its first safe point after the limit, with a checkpoint and exit 143, which a retry resumes.
+    args = ("--total-timesteps", "1000000", "--save-model", "--max-runtime", "1.5", "--no-progress")
+    first = run_script("dqn.py", *args, cwd=workdir, check=False, timeout=120)
+    run_dir = single_run_dir(workdir)
+    stopped = load(run_dir / "checkpoint.pt")
+    assert first.returncode == 143, first.stderr[-2000:]
+    assert (f"--max-runtime: stopped after global step {stopped['global_step']}; checkpoint saved to "
+            f"runs/{run_dir.name}/checkpoint.pt") in first.stdout
+    assert not stopped["finished"] and 0 < stopped["global_step"] < 1000000
+    second = run_script("dqn.py", *args, "--resume", "auto", cwd=workdir, check=False, timeout=120)
+    assert second.returncode == 143 and f"after iteration {stopped['iteration']}" in second.stdout
+    assert load(run_dir / "checkpoint.pt")["global_step"] > stopped["global_step"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # --eval-only
 # the rows' evaluation cases: the greedy policy (or seeded sampling) and the seeded evaluation envs make them
