@@ -228,7 +228,8 @@ def test_the_study_opens_in_optuna_dashboard(postgres, browser, tmp_path):
     trials, and the screenshot is saved."""
     pytest.importorskip("optuna_dashboard", reason="optional dependency: optuna-dashboard (pip install -e '.[tune]')")
     storage = postgres
-    lr_tuner(tmp_path, storage=storage, study_name="three").tune(3)
+    # a study of its own: the module's server also holds the workers' study "three", whose command differs
+    lr_tuner(tmp_path, storage=storage, study_name="lr-study").tune(3)
     port = free_port()
     dashboard = subprocess.Popen([str(Path(sys.executable).parent / "optuna-dashboard"), storage, "--host",
                                   "127.0.0.1", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -246,8 +247,8 @@ def test_the_study_opens_in_optuna_dashboard(postgres, browser, tmp_path):
                 assert dashboard.poll() is None and time.time() < deadline, dashboard.stdout.read()
                 time.sleep(0.2)
         browser.get(f"http://127.0.0.1:{port}/dashboard")
-        WebDriverWait(browser, 60).until(lambda b: "three" in b.find_element(By.TAG_NAME, "body").text)
-        study_id = optuna.load_study(study_name="three", storage=storage)._study_id
+        WebDriverWait(browser, 60).until(lambda b: "lr-study" in b.find_element(By.TAG_NAME, "body").text)
+        study_id = optuna.load_study(study_name="lr-study", storage=storage)._study_id
         browser.get(f"http://127.0.0.1:{port}/dashboard/studies/{study_id}")
         WebDriverWait(browser, 60).until(lambda b: "learning-rate" in b.find_element(By.TAG_NAME, "body").text)
         shot = tmp_path / "dashboard.png"
