@@ -203,14 +203,13 @@ def make_agent(env_id: str) -> Agent:
 
 
 def rollout_storage(num_steps: int, num_envs: int, obs_shape: tuple, device) -> tuple[torch.Tensor, ...]:
-    """obs, actions, logprobs, rewards, terminations, dones, values, final_values (the value of a truncated
-    episode's final observation) and truncated, each (num_steps, num_envs, ...)."""
+    """obs, actions, logprobs, rewards, terminations, truncations (time limits), values and final_values (the value
+    of a truncated episode's final observation), each (num_steps, num_envs, ...)."""
     obs = torch.zeros((num_steps, num_envs) + obs_shape, device=device)
     actions = torch.zeros((num_steps, num_envs), device=device)
-    logprobs, rewards, terminations, dones, values, final_values = (
+    logprobs, rewards, terminations, truncations, values, final_values = (
         torch.zeros((num_steps, num_envs), device=device) for _ in range(6))
-    truncated = torch.zeros((num_steps, num_envs), dtype=torch.bool, device=device)
-    return obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated
+    return obs, actions, logprobs, rewards, terminations, truncations, values, final_values
 
 
 if __name__ == "__main__":
@@ -239,7 +238,7 @@ if __name__ == "__main__":
         capturable=speed.gpu_path(device), fused=True,
     )
 
-    obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated = rollout_storage(
+    obs, actions, logprobs, rewards, terminations, truncations, values, final_values = rollout_storage(
         args.num_steps, args.num_envs, envs.single_observation_space.shape, device)
 
     # A fresh run resets the envs; a resumed one loads what its checkpoint holds. The learning-rate schedule is a
@@ -285,16 +284,20 @@ if __name__ == "__main__":
             next_obs, reward, term, trunc, infos = envs.step(action)
             rewards[step] = reward
             terminations[step] = term
-            dones[step] = term | trunc
+            truncations[step] = trunc
             # A truncated (time-limit) episode did not end in a terminal state: its last transition bootstraps from
             # the value of the true final observation. Only truncated envs need this extra forward pass; it is rare.
-            truncated[step] = trunc & ~term
             final = envs.truncated_final_obs()  # (envs, final observations), or None
             if final is not None:
                 with torch.no_grad():
                     final_values[step, final[0]] = agent.get_value(final[1]).flatten()
 
             run.log_episodes(infos, global_step)  # charts/episodic_return and charts/episodic_length
+
+        # an episode ended at step t when it terminated or was truncated (a time limit); a truncated one that did not
+        # terminate bootstraps from the value of its final observation
+        dones = torch.maximum(terminations, truncations)
+        truncated = truncations > terminations
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():

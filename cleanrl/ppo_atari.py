@@ -241,14 +241,13 @@ def make_agent(args: Args) -> Agent:
 
 def rollout_storage(num_steps: int, num_envs: int, device) -> tuple[torch.Tensor, ...]:
     """obs (uint8 frames: 4x less memory than float; the network scales them), actions, logprobs, rewards,
-    terminations, dones, values, final_values (the value of a truncated game's final frames) and truncated, each
-    (num_steps, num_envs, ...)."""
+    terminations, truncations (the frame limit), values and final_values (the value of a truncated game's final
+    frames), each (num_steps, num_envs, ...)."""
     obs = torch.zeros((num_steps, num_envs, 4, 84, 84), dtype=torch.uint8, device=device)
     actions = torch.zeros((num_steps, num_envs), dtype=torch.long, device=device)
-    logprobs, rewards, terminations, dones, values, final_values = (
+    logprobs, rewards, terminations, truncations, values, final_values = (
         torch.zeros((num_steps, num_envs), device=device) for _ in range(6))
-    truncated = torch.zeros((num_steps, num_envs), dtype=torch.bool, device=device)
-    return obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated
+    return obs, actions, logprobs, rewards, terminations, truncations, values, final_values
 
 
 if __name__ == "__main__":
@@ -281,7 +280,7 @@ if __name__ == "__main__":
         capturable=speed.gpu_path(device), fused=True,
     )
 
-    obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated = rollout_storage(
+    obs, actions, logprobs, rewards, terminations, truncations, values, final_values = rollout_storage(
         args.num_steps, args.num_envs, device)
 
     # A fresh run resets the envs. Neither backend's state can be saved (ale-py's vector env is C++, gymnasium's
@@ -338,11 +337,10 @@ if __name__ == "__main__":
             # rewards are sign-clipped and a lost life terminates (see AtariGameStatistics); the game goes on
             rewards[step, half] = reward
             terminations[step, half] = term
-            dones[step, half] = term | trunc
+            truncations[step, half] = trunc
             # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps from
             # the value of the true final observation (info["final_obs"]). A step that both lost a life and hit the
             # limit counts as terminated.
-            truncated[step, half] = trunc & ~term
             final = envs.truncated_final_obs()  # (envs, final frames), or None
             if final is not None:
                 with torch.no_grad():
@@ -352,6 +350,11 @@ if __name__ == "__main__":
 
         envs.rollout(args.num_steps, act, store)
         global_step += args.num_steps * args.num_envs
+
+        # an episode ended at step t when it terminated or was truncated (a time limit); a truncated one that did not
+        # terminate bootstraps from the value of its final observation
+        dones = torch.maximum(terminations, truncations)
+        truncated = truncations > terminations
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():

@@ -336,14 +336,13 @@ def per_rank_states(envs, world_size: int, save_model: bool) -> dict:
 
 def rollout_storage(num_steps: int, num_envs: int, device) -> tuple[torch.Tensor, ...]:
     """obs (uint8 frames: 4x less memory than float; the network scales them), actions, logprobs, rewards,
-    terminations, dones, values, final_values (the value of a truncated game's final frames) and truncated, each
-    (num_steps, num_envs, ...)."""
+    terminations, truncations (the frame limit), values and final_values (the value of a truncated game's final
+    frames), each (num_steps, num_envs, ...)."""
     obs = torch.zeros((num_steps, num_envs, 4, 84, 84), dtype=torch.uint8, device=device)
     actions = torch.zeros((num_steps, num_envs), dtype=torch.long, device=device)
-    logprobs, rewards, terminations, dones, values, final_values = (
+    logprobs, rewards, terminations, truncations, values, final_values = (
         torch.zeros((num_steps, num_envs), device=device) for _ in range(6))
-    truncated = torch.zeros((num_steps, num_envs), dtype=torch.bool, device=device)
-    return obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated
+    return obs, actions, logprobs, rewards, terminations, truncations, values, final_values
 
 
 if __name__ == "__main__":
@@ -416,7 +415,7 @@ if __name__ == "__main__":
     optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
                            capturable=speed.gpu_path(device), fused=True)
 
-    obs, actions, logprobs, rewards, terminations, dones, values, final_values, truncated = rollout_storage(
+    obs, actions, logprobs, rewards, terminations, truncations, values, final_values = rollout_storage(
         args.num_steps, envs_per_rank, device)
 
     # A resumed run loads the same weights and optimizer state on every rank, so the replicas are identical again;
@@ -488,11 +487,10 @@ if __name__ == "__main__":
             # rewards are sign-clipped and a lost life terminates (environments.AtariGameStatistics); the game goes on
             rewards[step, half] = reward
             terminations[step, half] = term
-            dones[step, half] = term | trunc
+            truncations[step, half] = trunc
             # A truncated game (frame limit) did not end in a terminal state: its last transition bootstraps from the
             # value of the true final observation (info["final_obs"]). A step that both lost a life and hit the
             # limit counts as terminated.
-            truncated[step, half] = trunc & ~term
             final = envs.truncated_final_obs()  # (envs, final frames), or None
             if final is not None:
                 with torch.no_grad():
@@ -511,6 +509,11 @@ if __name__ == "__main__":
         for episode_step, episodic_return, episodic_length in gather_episodes(episodes, world_size):
             if rank == 0:
                 run.log_episode(episodic_return, episodic_length, episode_step)
+
+        # an episode ended at step t when it terminated or was truncated (a time limit); a truncated one that did not
+        # terminate bootstraps from the value of its final observation
+        dones = torch.maximum(terminations, truncations)
+        truncated = truncations > terminations
 
         # advantages: the successor of step t is stored at t+1, except after the last step and at truncations
         with torch.no_grad():
