@@ -136,6 +136,13 @@ MUTATIONS = [
          "tests/test_ppo.py::test_gae_truncation_differs_from_termination"),
         why="compute_gae drops the bootstrap at a truncation as at a termination"),
     Mutation(
+        "truncation_final_obs_dropped", "gae", "cleanrl/environments.py",
+        "        if not truncated.any():\n            return None\n",
+        "        return None\n",
+        ("tests/test_ppo.py::test_the_envs_on_the_device_hand_over_a_truncated_episodes_final_observation",),
+        why="the envs on the device never hand over a truncated episode's final observation, so the PPO loops "
+            "bootstrap a time limit from 0"),
+    Mutation(
         "weights_only_off", "weights-only", "cleanrl/checkpoints.py",
         'torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)',
         'torch.load(path, map_location="cpu", weights_only=False, mmap=is_zip)',

@@ -174,6 +174,36 @@ gym.register("LedgeBox-v0", entry_point=Ledge, kwargs={"continuous": True}, max_
 '''
 
 
+def test_the_envs_on_the_device_hand_over_a_truncated_episodes_final_observation():
+    # environments.OnDevice, as the PPO loops step it: tensors of the loop's dtypes, and at a time limit (3 steps,
+    # too few for CartPole to fall) the envs that were truncated and their final observations, which same-step
+    # autoreset keeps in info["final_obs"] while the step returns the next episode's first
+    import gymnasium as gym
+
+    import environments
+
+    def make():
+        return gym.make("CartPole-v1", max_episode_steps=3)
+
+    same_step = gym.vector.AutoresetMode.SAME_STEP
+    envs = environments.OnDevice(gym.vector.SyncVectorEnv([make, make], autoreset_mode=same_step), torch.device("cpu"),
+                                 torch.float32)
+    envs.reset(seed=0)
+    for t in range(1, 4):
+        next_obs, reward, term, trunc, info = envs.step(torch.zeros(2, dtype=torch.long))
+        assert next_obs.dtype == reward.dtype == torch.float32 and term.dtype == trunc.dtype == torch.bool
+        assert reward.tolist() == [1.0, 1.0] and not term.any() and trunc.tolist() == [t == 3] * 2
+        final = envs.truncated_final_obs()
+        if t < 3:
+            assert final is None
+            continue
+        truncated_envs, final_obs = final
+        assert truncated_envs.tolist() == [0, 1]
+        assert torch.equal(final_obs, torch.as_tensor(np.stack(info["final_obs"]), dtype=torch.float32))
+        assert not torch.equal(final_obs, next_obs), "the final observations are not the next episodes' first"
+    envs.close()
+
+
 @pytest.mark.parametrize("script, env_id, extra", [
     pytest.param("ppo.py", "Ledge-v0", (), id="ppo.py"),
     pytest.param("ppo_continuous_action.py", "LedgeBox-v0",
