@@ -817,9 +817,62 @@ def test_dockerfile_layers_and_no_secrets():
     assert "cloud]" in lines[install]  # boto3 for cloud/durable.py
     assert "xvfb" in text and "tini" in text
     assert not re.search(r"^\s*(ENV|ARG)\b.*(WANDB|AWS_|KEY|SECRET|TOKEN|PASSWORD)", text, re.MULTILINE | re.IGNORECASE)
-    ignored = (ROOT / ".dockerignore").read_text().split()
-    for must in (".git", ".env", "runs", "wandb", "*.tfstate", ".aws", ".netrc"):
-        assert must in ignored
+    for kept in ("cleanrl/ppo.py", "cloud/submit.py", "cloud/jobs/single.sh", "benchmark/kept.py", "pyproject.toml"):
+        assert not docker_ignores(kept), kept
+    for secret in (".git/config", ".env", ".env.local", "cloud/terraform.tfstate", "cloud/terraform.tfstate.backup",
+                   "cloud/terraform.tfvars", "cloud/.terraform/providers/x", ".aws/credentials", ".netrc"):
+        assert docker_ignores(secret), secret
+
+
+def dockerignore_patterns() -> list[tuple[bool, re.Pattern]]:
+    """The rules of .dockerignore as Docker reads them: each line a path pattern from the context's root (Go's
+    filepath.Match, `**` any number of folders), `!` an exception, the last matching rule wins; a rule that matches a
+    folder matches everything inside it."""
+    rules = []
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keep = line.startswith("!")
+        pattern = os.path.normpath(line.lstrip("!").strip("/"))
+        regex = ""
+        for part in pattern.split("/"):
+            if part == "**":
+                regex += "(?:[^/]+/)*"
+                continue
+            regex += re.escape(part).replace(r"\*", "[^/]*").replace(r"\?", "[^/]") + "/"
+        rules.append((keep, re.compile(regex.rstrip("/") + "(?:/.*)?")))
+    return rules
+
+
+def docker_ignores(path: str) -> bool:
+    ignored = False
+    for keep, rule in dockerignore_patterns():
+        if rule.fullmatch(path):
+            ignored = not keep
+    return ignored
+
+
+def test_dockerignore_keeps_local_results_out_of_the_image():
+    """`COPY . .` copies the build context: runs, videos, sweep manifests and the runs and checkpoints `collect`
+    downloads next to them, benchmark results must stay out, or each build bakes them into the image."""
+    for local in (
+        "runs/CartPole-v1__ppo__1__1700000000/events.out.tfevents.1",
+        "runs/CartPole-v1__ppo__1__1700000000/checkpoint.pt",
+        "cleanrl/runs/x/checkpoint.pt",
+        "videos/CartPole-v1__ppo__1/rl-video-episode-0.mp4",
+        "wandb/run-20260101_000000-abc/files/config.yaml",
+        "sweeps/cleanrl-20260101-000000-0a1b2c3d.json",
+        "sweeps/cleanrl-20260101-000000-0a1b2c3d/jobs/0123/runs/x/checkpoint.pt",
+        "benchmark/results/ppo.json",
+        "benchmark/report/index.md",
+    ):
+        assert docker_ignores(local), local
+    # and everything git ignores as local state (.gitignore) is ignored by the image build too
+    for line in (ROOT / ".gitignore").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            example = line.strip("/").replace("*", "x")
+            assert docker_ignores(example) or docker_ignores(f"{example}/x"), f".gitignore's {line} is let in"
 
 
 def test_entrypoint_runs_the_given_command(tmp_path):
