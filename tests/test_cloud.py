@@ -938,6 +938,7 @@ def tf_background(moto, tmp_path_factory):
         shutil.copy(f, module)
     # the committed lock file: init must accept it as it is (the mirror's package matches its hash)
     shutil.copy(CLOUD / ".terraform.lock.hcl", module)
+    shutil.copy(CLOUD / "submitter_policy.json", module)
     shutil.copytree(CLOUD / "jobs", module / "jobs")
     (module / "examples").mkdir()
     shutil.copy(EXAMPLES / "user_data.mime", module / "examples")
@@ -1165,6 +1166,93 @@ def test_bad_input_exits_with_one_line_and_no_network(tmp_path):
         "error: an array job has 2..10000 children, got 1 seeds; submit a single seed without --array"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# The IAM policy of a user of cloud/submit.py
+
+# What IAM checks for an S3 operation is not always the operation's name; the others are SERVICE:OPERATION.
+S3_ACTIONS = {"HeadObject": "s3:GetObject", "GetObject": "s3:GetObject", "PutObject": "s3:PutObject",
+              "ListObjectsV2": "s3:ListBucket"}
+# `docker push` to ECR, as AWS documents the permissions of a push (after `docker login` with GetAuthorizationToken)
+DOCKER_PUSH_ACTIONS = {"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:InitiateLayerUpload",
+                       "ecr:UploadLayerPart", "ecr:CompleteLayerUpload", "ecr:PutImage"}
+
+
+def submit_tool_actions() -> dict[str, str]:
+    """Every IAM action the AWS calls of cloud/submit.py need, read from its source: the boto3 client methods it calls
+    (by botocore's names of ecr, batch and s3 operations), the paginators and transfers it uses, the `docker push` it
+    runs and the `aws` commands it prints for you to run. {action: where in submit.py}."""
+    import ast
+
+    import botocore.session
+    from botocore import xform_name
+
+    source = (CLOUD / "submit.py").read_text()
+    tree = ast.parse(source)
+    services = {n.args[1].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") ==
+                "client" and len(n.args) == 2 and isinstance(n.args[1], ast.Constant)}
+    assert services == {"ecr", "batch", "s3"}, services  # a new service: add it to the policy and to this test
+    session = botocore.session.get_session()
+    operations = {}
+    for service in services:
+        for op in session.get_service_model(service).operation_names:
+            operations[xform_name(op)] = (service, op)
+    needed = {}
+
+    def need(service, op, line):
+        needed[S3_ACTIONS[op] if service == "s3" else f"{service}:{op}"] = f"submit.py:{line}"
+
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name = node.func.attr
+        if name in operations:
+            need(*operations[name], node.lineno)
+        elif name == "get_paginator":
+            need(*operations[node.args[0].value], node.lineno)
+        elif name == "download_file":  # boto3's transfer: HeadObject, then GetObject (ranged)
+            need("s3", "HeadObject", node.lineno)
+            need("s3", "GetObject", node.lineno)
+        elif name == "run" and isinstance(node.args[0], ast.List):
+            assert node.args[0].elts[0].value == "git", ast.unparse(node)  # the other subprocess: run_docker
+    for m in re.finditer(r'\["docker", "(\w+)"', source):
+        assert m[1] in ("build", "login", "push", "tag"), m[0]
+        if m[1] == "push":
+            needed.update({a: f"submit.py: docker push" for a in DOCKER_PUSH_ACTIONS})
+    for m in re.finditer(r"aws (\w+) ([a-z-]+)", source):  # commands it tells you to run
+        if m[1] in ("logs", "s3api", "batch", "ecr"):
+            needed[f"{m[1]}:" + "".join(w.title() for w in m[2].split("-"))] = f"submit.py: {m[0]}"
+    # a job definition that names roles (jobRoleArn, executionRoleArn) is registered only by whoever may pass them
+    if "batch:RegisterJobDefinition" in needed:
+        needed["iam:PassRole"] = "submit.py: RegisterJobDefinition with the job roles"
+    return needed
+
+
+def test_submitter_policy_allows_every_call_of_the_submit_tool():
+    policy = json.loads((CLOUD / "submitter_policy.json").read_text())
+    assert policy["Version"] == "2012-10-17"
+    allowed = {}
+    for statement in policy["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        for action in actions:
+            assert "*" not in action, action  # each action named, so that this test can find it
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            allowed.setdefault(action, []).extend(resources)
+    needed = submit_tool_actions()
+    assert {"batch:SubmitJob", "batch:RegisterJobDefinition", "ecr:DescribeImages", "s3:PutObject"} <= set(needed)
+    missing = {a: where for a, where in needed.items() if a not in allowed}
+    assert not missing, f"the policy lacks {missing}"
+    # and nothing the tool does not need
+    assert set(allowed) - set(needed) == {"batch:TagResource"}  # RegisterJobDefinition copies a definition's tags
+    # the roles passed are the job definitions' own (iam.tf), the bucket and repository terraform's defaults
+    assert sorted(allowed["iam:PassRole"]) == ["arn:aws:iam::111122223333:role/cleanrl-execution",
+                                               "arn:aws:iam::111122223333:role/cleanrl-job"]
+    iam_tf = (CLOUD / "iam.tf").read_text()
+    for role in ("job", "execution"):
+        assert f'resource "aws_iam_role" "{role}" {{\n  name               = "${{var.name_prefix}}-{role}"' in iam_tf
+    assert allowed["ecr:PutImage"] == ["arn:aws:ecr:us-east-1:111122223333:repository/cleanrl"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1646,6 +1734,19 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     assert props["jobRoleArn"].endswith(":role/tftest-job")
     assert props["executionRoleArn"].endswith(":role/tftest-execution")
     assert props["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": tf_env["secret"]}]
+    # the submitter's policy of this set-up names its roles, repository, bucket, queues and log group
+    statements = {s["Sid"]: s for s in json.loads(out["submitter_policy"]["value"])["Statement"]}
+    assert sorted(statements["PassTheJobRolesInJobDefinitions"]["Resource"]) == sorted(
+        [props["executionRoleArn"], props["jobRoleArn"]])
+    assert statements["PushAndResolveImages"]["Resource"] == repo["repositoryArn"]
+    assert statements["ListTheRunsBucket"]["Resource"] == f"arn:aws:s3:::{bucket}"
+    assert set(statements["ReadRunsReadAndWriteSweepManifests"]["Resource"]) == {
+        f"arn:aws:s3:::{bucket}/runs/*", f"arn:aws:s3:::{bucket}/sweeps/*"}
+    queue_arn = queues["tftest-queue"]["jobQueueArn"]
+    assert statements["SubmitJobs"]["Resource"][1] == queue_arn.rsplit("/", 1)[0] + "/tftest-*"
+    assert single["jobDefinitionArn"].startswith(statements["SubmitJobs"]["Resource"][0].rstrip("*"))
+    assert statements["ReadJobLogs"]["Resource"] == (
+        f"arn:aws:logs:{REGION}:123456789012:log-group:{props['logConfiguration']['options']['awslogs-group']}:*")
     assert {"name": "CLEANRL_RUNS_S3", "value": f"s3://{bucket}/runs"} in props["environment"]
     # the articles' job definition, as in cloud/examples/job_definition_ppo.json
     ppo = batch.describe_job_definitions(jobDefinitionName="tftest-ppo", status="ACTIVE")["jobDefinitions"][0]
