@@ -6,6 +6,7 @@ terraform's provider do.
 """
 
 import datetime
+import hashlib
 import json
 import os
 import shutil
@@ -273,3 +274,14 @@ def recording(monkeypatch, submit, event: str) -> list:
 
     monkeypatch.setattr(submit, "client", recording_client)
     return called
+
+
+def push_image(moto: "MotoServer", repository: str, tag: str, build: str = "") -> str:
+    """What `docker push REPOSITORY:TAG` leaves in ECR: an image manifest under the tag (another `build` text, another
+    image); its digest."""
+    config = "sha256:" + hashlib.sha256(f"{repository}:{tag}:{build}".encode()).hexdigest()
+    manifest = json.dumps(
+        {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "config": {"digest": config}}
+    )
+    image = boto_client(moto, "ecr").put_image(repositoryName=repository, imageManifest=manifest, imageTag=tag)["image"]
+    return image["imageId"]["imageDigest"]

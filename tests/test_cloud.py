@@ -27,6 +27,7 @@ from tests.cloud_fixtures import (
     MotoServer,
     aws_env,
     boto_client,
+    push_image,
     terraform_binary,
     terraform_mirror,
     use_local_endpoint,
@@ -115,6 +116,8 @@ def cli_infra(moto, tmp_path_factory, tf_background):
     proc = run_cli_file(moto, "setup.sh", work)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_tls_only(boto(moto, "s3"), "cleanrl-runs-123456789012-us-east-1")
+    # the image the job definitions name (cleanrl:latest), pushed as `python cloud/submit.py build` does
+    push_image(moto, "cleanrl", "latest")
     state = {"work": work, "torn_down": False, **net}
     yield state
     if not state["torn_down"]:
@@ -1397,6 +1400,7 @@ def test_submit_array_job_and_describe_in_batches_of_100(cli_infra, aws, capsys,
 def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl:abc123"
+    digest = push_image(aws, "cleanrl", "abc123")
     sent = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
     ids = cli(
         "submit-multinode",
@@ -1450,7 +1454,7 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
     definition = batch.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"][0]
     assert definition["jobDefinitionName"] == "cleanrl-multinode" and definition["revision"] >= 2
     container = definition["nodeProperties"]["nodeRangeProperties"][0]["container"]
-    assert container["image"] == image
+    assert container["image"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl@{digest}"  # the tag's image now
     assert container["command"][2] == (CLOUD / "jobs" / "multinode.sh").read_text()
     # the same image again: no new revision
     again = cli("submit-multinode", "--no-build", "--image", image, "--job-queue", "cleanrl-cpu-spot")
@@ -1464,6 +1468,7 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
 @pytest.mark.heavy
 def test_job_definition_by_name_revision_or_arn(cli_infra, aws, capsys):
     batch = boto(aws, "batch")
+    cli("submit", "--no-build", "--seeds", "20")  # a revision that runs cleanrl:latest by its digest (see below)
     newest = max(
         batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"],
         key=lambda d: d["revision"],
@@ -1473,6 +1478,47 @@ def test_job_definition_by_name_revision_or_arn(cli_infra, aws, capsys):
         assert describe_all(aws, ids)[ids[0]]["jobDefinition"] == newest["jobDefinitionArn"], name
     with pytest.raises(SystemExit, match="error: job definition 'cleanrl-single:999' does not exist"):
         cli("submit", "--no-build", "--job-definition", "cleanrl-single:999")
+    capsys.readouterr()
+
+
+@pytest.mark.heavy
+def test_no_build_submit_pins_the_image_digest(cli_infra, aws, capsys):
+    """`submit --no-build` runs the image a tag names at submission, by its digest: a later push of the tag changes
+    neither the job's retries nor a resubmission of it nor later jobs of the same revision; --image TAG follows it."""
+    batch, repo = boto(aws, "batch"), "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl"
+    single = batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"]
+    (first_revision,) = [d for d in single if d["revision"] == 1]
+    assert first_revision["containerProperties"]["image"] == f"{repo}:latest"  # as cloud/examples registers it
+    batch.register_job_definition(jobDefinitionName="cleanrl-tagged", type="container",
+                                  parameters=first_revision["parameters"],
+                                  containerProperties=first_revision["containerProperties"])
+    old = push_image(aws, "cleanrl", "latest", build="before")
+
+    def image_of(job_id):
+        definition = describe_all(aws, [job_id])[job_id]["jobDefinition"]
+        return batch.describe_job_definitions(jobDefinitions=[definition])["jobDefinitions"][0]["containerProperties"][
+            "image"
+        ]
+
+    (first,) = cli("submit", "--no-build", "--job-definition", "cleanrl-tagged", "--seeds", "41", "--sweep", "pinned")
+    assert image_of(first) == f"{repo}@{old}"
+    assert f"image {repo}:latest is {repo}@{old}" in capsys.readouterr().err
+    manifest = json.loads(Path("sweeps/pinned.json").read_text())
+    assert manifest["runs"][0]["jobs"][0]["image"] == f"{repo}@{old}"  # what `resubmit` submits again
+    new = push_image(aws, "cleanrl", "latest", build="after")  # someone pushes other code under the same tag
+    assert new != old and image_of(first) == f"{repo}@{old}"
+    # the definition's newest revision now names the digest: its jobs keep running that image
+    (second,) = cli("submit", "--no-build", "--job-definition", "cleanrl-tagged", "--seeds", "42")
+    assert image_of(second) == f"{repo}@{old}"
+    # the tag, by --image or a revision that names it, is resolved again: what it names now
+    (third,) = cli("submit", "--no-build", "--job-definition", "cleanrl-tagged", "--image", f"{repo}:latest")
+    (fourth,) = cli("submit", "--no-build", "--job-definition", "cleanrl-tagged:1", "--seeds", "44")
+    assert image_of(third) == image_of(fourth) == f"{repo}@{new}"
+    # an image ECR does not hold is refused before any job is submitted
+    submitted = len(batch.list_jobs(jobQueue="cleanrl-cpu-spot", jobStatus="SUCCEEDED")["jobSummaryList"])
+    with pytest.raises(SystemExit, match=f"error: {repo}:nope is not in ECR"):
+        cli("submit", "--no-build", "--job-definition", "cleanrl-tagged", "--image", f"{repo}:nope", "--seeds", "45")
+    assert len(batch.list_jobs(jobQueue="cleanrl-cpu-spot", jobStatus="SUCCEEDED")["jobSummaryList"]) == submitted
     capsys.readouterr()
 
 
