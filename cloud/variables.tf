@@ -218,12 +218,6 @@ variable "runs_noncurrent_days" {
   default     = 7
 }
 
-variable "runs_force_destroy" {
-  description = "If true, terraform destroy also deletes the runs bucket when it still holds runs."
-  type        = bool
-  default     = false
-}
-
 variable "wandb_secret_arn" {
   description = "ARN of a Secrets Manager secret holding your W&B API key (a plain string); empty: none. With it, every job gets WANDB_API_KEY from the secret through the execution role, and no key travels in a submit request."
   type        = string

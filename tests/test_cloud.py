@@ -5,6 +5,7 @@ once for the session. Terraform runs for real, offline, from the filesystem mirr
 """
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -1826,6 +1827,58 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     )
     assert "multinode_instance_type must be one of multinode_instance_types" in " ".join(wrong.stderr.split())
     # destroy's waiters sleep about a minute: it runs in the background while the CLI teardown test runs
+    keep_the_bucket_and_destroy_the_rest(tf_env, moto)
+
+
+BUCKET_RESOURCES = [f"{kind}.runs" for kind in (
+    "aws_s3_bucket", "aws_s3_bucket_server_side_encryption_configuration", "aws_s3_bucket_versioning",
+    "aws_s3_bucket_public_access_block", "aws_s3_bucket_policy", "aws_s3_bucket_lifecycle_configuration")]
+
+
+def assert_bucket_intact(moto, bucket: str) -> None:
+    s3 = boto(moto, "s3")
+    rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    assert set(s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"].values()) == {True}
+    (lifecycle,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
+    assert_tls_only(s3, bucket)
+    with over_plain_http(s3, bucket):
+        assert s3.get_object(Bucket=bucket, Key=RUN_KEY)["Body"].read() == b"a week of training"
+
+
+RUN_KEY = "runs/job-1/runs/x/checkpoint.pt"
+
+
+@contextlib.contextmanager
+def over_plain_http(s3, bucket: str):
+    """moto enforces the bucket's TLS-only policy on objects, and its endpoint here is plain HTTP: lift the policy for
+    a moment and put back the very same one."""
+    policy = s3.get_bucket_policy(Bucket=bucket)["Policy"]
+    s3.delete_bucket_policy(Bucket=bucket)
+    try:
+        yield
+    finally:
+        s3.put_bucket_policy(Bucket=bucket, Policy=policy)
+
+
+def keep_the_bucket_and_destroy_the_rest(tf_env, moto):
+    """`terraform destroy` with runs in the bucket refuses before it changes anything; docs/cloud.md's teardown
+    (the bucket's resources out of the state, then destroy) is started in the background."""
+    bucket = "tftest-runs-123456789012-us-east-1"
+    with over_plain_http(boto(moto, "s3"), bucket):
+        boto(moto, "s3").put_object(Bucket=bucket, Key=RUN_KEY, Body=b"a week of training")
+    refused = terraform(tf_env, "destroy", "-auto-approve", "-input=false", ok=(1,))
+    said = " ".join(refused.stderr.split())
+    assert "Instance cannot be destroyed" in said and "aws_s3_bucket.runs has lifecycle.prevent_destroy set" in said
+    assert "Destroying..." not in refused.stdout
+    assert_bucket_intact(moto, bucket)
+    assert len(boto(moto, "batch").describe_job_queues(jobQueues=["tftest-queue"])["jobQueues"]) == 1
+    shown = terraform(tf_env, "state", "rm", *BUCKET_RESOURCES).stdout
+    assert shown.count("Removed ") == len(BUCKET_RESOURCES), shown  # the command of docs/cloud.md, each resource
+    assert f"terraform state rm {' '.join(BUCKET_RESOURCES)}" in " ".join(
+        (CLOUD.parent / "docs" / "cloud.md").read_text().replace("\\\n", " ").split())
     start_destroy(tf_env)
 
 
@@ -1853,7 +1906,7 @@ def test_terraform_destroy(tf_background, moto):
         pytest.skip(tf_env["skip"])
     if "destroy" not in tf_env:  # run on its own: apply first
         assert tf_env["proc"].wait(timeout=300) == 0, (tf_env["work"] / "apply.log").read_text()[-4000:]
-        start_destroy(tf_env)
+        keep_the_bucket_and_destroy_the_rest(tf_env, moto)
     returncode = tf_env["destroy"].wait(timeout=300)
     log = (tf_env["work"] / "destroy.log").read_text()
     assert returncode == 0 and "Destroy complete!" in log, log[-4000:]
@@ -1862,7 +1915,8 @@ def test_terraform_destroy(tf_background, moto):
     queues = [f"tftest-{k}" for k in kinds]
     assert batch.describe_job_queues(jobQueues=queues + ["tftest-queue"])["jobQueues"] == []
     assert batch.describe_compute_environments(computeEnvironments=queues)["computeEnvironments"] == []
-    assert "tftest-runs-123456789012-us-east-1" not in {b["Name"] for b in boto(moto, "s3").list_buckets()["Buckets"]}
+    # the runs bucket stays, as it was: settings and runs
+    assert_bucket_intact(moto, "tftest-runs-123456789012-us-east-1")
     assert not [r for r in boto(moto, "iam").list_roles()["Roles"] if r["RoleName"].startswith("tftest-")]
     # moto keeps listing a deleted endpoint, in the state "deleted"
     vpc = tf_env["net"]["vpc"]
