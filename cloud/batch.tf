@@ -65,8 +65,8 @@ resource "aws_batch_compute_environment" "this" {
     max_vcpus           = each.value.max_vcpus
     security_group_ids  = [aws_security_group.batch.id]
     subnets             = each.key == "gpu-multinode" ? local.multinode_subnet_ids : var.subnet_ids
-    # a cluster placement group keeps the nodes of a multi-node job close (variable multinode_placement_group)
-    placement_group = each.key == "gpu-multinode" && var.multinode_placement_group != "" ? var.multinode_placement_group : null
+    # a cluster placement group keeps the nodes of a multi-node job close (network.tf, multinode_placement_group)
+    placement_group = each.key == "gpu-multinode" ? local.multinode_placement_group : null
     tags            = merge(var.tags, { Name = "${var.name_prefix}-${each.key}" })
 
     launch_template {
@@ -86,6 +86,10 @@ resource "aws_batch_compute_environment" "this" {
   lifecycle {
     # Batch scales desired vCPUs itself.
     ignore_changes = [compute_resources[0].desired_vcpus]
+    precondition {
+      condition     = each.key != "gpu-multinode" || length(local.multinode_zones) == 1
+      error_message = "multinode_subnet_ids must all be in one Availability Zone: the nodes of a multi-node job run in one zone (and its placement group)."
+    }
   }
 }
 

@@ -59,13 +59,13 @@ variable "multinode_instance_type" {
 }
 
 variable "multinode_subnet_ids" {
-  description = "Subnets of the multi-node compute environment (gpu-multinode); empty means subnet_ids. Multi-node jobs run in the awsvpc network mode, whose network interfaces get no public IP: outside the VPC their containers reach only S3 (through the S3 gateway endpoint, s3_gateway_endpoint) unless these are private subnets behind a NAT gateway, which W&B (--track) needs. Give subnets of one Availability Zone with multinode_placement_group."
+  description = "Subnets of the multi-node compute environment (gpu-multinode), all in one Availability Zone; empty means the subnets of subnet_ids in the first one's zone. Multi-node jobs run in the awsvpc network mode, whose network interfaces get no public IP: outside the VPC their containers reach only S3 (through the S3 gateway endpoint, s3_gateway_endpoint) unless these are private subnets behind a NAT gateway, which W&B (--track) needs."
   type        = list(string)
   default     = []
 }
 
 variable "multinode_placement_group" {
-  description = "Name of an existing cluster placement group for the multi-node compute environment (aws ec2 create-placement-group --group-name NAME --strategy cluster); empty: none. It keeps the nodes of a job close, in one Availability Zone: give multinode_subnet_ids of that zone."
+  description = "Cluster placement group of the multi-node compute environment: empty makes one, {name_prefix}-multinode; a name uses that existing group (aws ec2 create-placement-group --group-name NAME --strategy cluster); \"none\": no group. It keeps the nodes of a job close, in their one Availability Zone."
   type        = string
   default     = ""
 }

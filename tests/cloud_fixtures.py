@@ -135,6 +135,49 @@ def _patch_moto():
         return result
 
     JobDefinition.describe = describe
+    # moto 5.2 has no placement groups (CreatePlacementGroup answers "not implemented", and the provider retries it
+    # for good); cloud/network.tf makes the multi-node environment's cluster placement group. Keep them per backend:
+    # create, describe (by name or id; an unknown one is InvalidPlacementGroup.Unknown, as on AWS) and delete.
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses import EC2Response
+
+    def groups_of(response) -> dict:
+        if not hasattr(response.ec2_backend, "cleanrl_placement_groups"):
+            response.ec2_backend.cleanrl_placement_groups = {}
+        return response.ec2_backend.cleanrl_placement_groups
+
+    def create_placement_group(self):
+        name = self._get_param("GroupName")
+        if name in groups_of(self):
+            raise EC2ClientError("InvalidPlacementGroup.Duplicate", f"The Placement Group '{name}' already exists.")
+        tags = self._parse_tag_specification("placement-group").get("placement-group", {})
+        group_id = "pg-" + hashlib.sha256(name.encode()).hexdigest()[:17]
+        groups_of(self)[name] = {
+            "GroupName": name, "GroupId": group_id, "State": "available", "Strategy": self._get_param("Strategy"),
+            "GroupArn": f"arn:aws:ec2:{self.region}:{self.current_account}:placement-group/{name}",
+            "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+        }
+        return ActionResult({"PlacementGroup": groups_of(self)[name]})
+
+    def describe_placement_groups(self):
+        names, ids = self._get_param("GroupNames", []), self._get_param("GroupIds", [])
+        found = [g for g in groups_of(self).values() if (not names and not ids) or g["GroupName"] in names
+                 or g["GroupId"] in ids]
+        if len(found) < len(names) + len(ids):
+            unknown = sorted(set(names) | set(ids) - {g["GroupName"] for g in found} - {g["GroupId"] for g in found})
+            raise EC2ClientError("InvalidPlacementGroup.Unknown", f"The Placement Group '{unknown[0]}' is unknown.")
+        return ActionResult({"PlacementGroups": found})
+
+    def delete_placement_group(self):
+        name = self._get_param("GroupName")
+        if groups_of(self).pop(name, None) is None:
+            raise EC2ClientError("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
+        return ActionResult({})
+
+    EC2Response.create_placement_group = create_placement_group
+    EC2Response.describe_placement_groups = describe_placement_groups
+    EC2Response.delete_placement_group = delete_placement_group
 
     # moto 5.2 forgets a job queue's jobStateTimeLimitActions (CreateJobQueue ignores them, DescribeJobQueues has no
     # such field), so every later plan of cloud/batch.tf would want to add them again. Keep and describe them.

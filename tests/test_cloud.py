@@ -950,6 +950,11 @@ def tf_background(moto, tmp_path_factory):
     # the multi-node jobs' subnet, with a route table of its own (the first subnet uses the VPC's main one)
     ec2 = boto(moto, "ec2")
     net["multinode_subnet"] = ec2.create_subnet(VpcId=net["vpc"], CidrBlock="10.30.2.0/24")["Subnet"]["SubnetId"]
+    # a second subnet for the single-job environments, in another Availability Zone than the first
+    (first,) = ec2.describe_subnets(SubnetIds=[net["subnet"]])["Subnets"]
+    other_zone = "us-east-1b" if first["AvailabilityZone"] != "us-east-1b" else "us-east-1c"
+    net["other_zone_subnet"] = ec2.create_subnet(VpcId=net["vpc"], CidrBlock="10.30.3.0/24",
+                                                 AvailabilityZone=other_zone)["Subnet"]["SubnetId"]
     net["multinode_route_table"] = ec2.create_route_table(VpcId=net["vpc"])["RouteTable"]["RouteTableId"]
     ec2.associate_route_table(RouteTableId=net["multinode_route_table"], SubnetId=net["multinode_subnet"])
     (net["main_route_table"],) = [
@@ -965,12 +970,11 @@ def tf_background(moto, tmp_path_factory):
                 "name_prefix": "tftest",
                 "region": REGION,
                 "vpc_id": net["vpc"],
-                "subnet_ids": [net["subnet"]],
+                "subnet_ids": [net["subnet"], net["other_zone_subnet"]],
                 "cpu_max_vcpus": 32,
                 "gpu_instance_types": ["g5.xlarge"],
                 "wandb_secret_arn": secret,
                 "multinode_subnet_ids": [net["multinode_subnet"]],
-                "multinode_placement_group": "tftest-multinode",
                 "multinode_instance_type": "p4d.24xlarge",
             }
         )
@@ -1709,13 +1713,15 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     for name, env in envs.items():
         image_type = "ECS_AL2023_NVIDIA" if "-gpu-" in name else "ECS_AL2023"
         assert env["computeResources"]["ec2Configuration"] == [{"imageType": image_type}], name
-    # the multi-node environment: its own subnets and the cluster placement group; the others neither
+    # the multi-node environment: its own subnets and the cluster placement group terraform made; the others neither
     net = tf_env["net"]
     assert multinode_env["subnets"] == [net["multinode_subnet"]]
     assert multinode_env["placementGroup"] == "tftest-multinode"
+    (group,) = boto(moto, "ec2").describe_placement_groups(GroupNames=["tftest-multinode"])["PlacementGroups"]
+    assert group["Strategy"] == "cluster"
     for name, env in envs.items():
         if name != "tftest-gpu-multinode":
-            assert env["computeResources"]["subnets"] == [net["subnet"]], name
+            assert sorted(env["computeResources"]["subnets"]) == sorted([net["subnet"], net["other_zone_subnet"]]), name
             assert "placementGroup" not in env["computeResources"], name
     # the S3 gateway endpoint on the route tables of both subnets: the main one and the multi-node subnet's own
     (endpoint,) = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [net["vpc"]]}])["VpcEndpoints"]
@@ -1826,6 +1832,16 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
         tf_env, "plan", "-refresh=false", "-input=false", "-var", "multinode_instance_type=c5.large", ok=(1,)
     )
     assert "multinode_instance_type must be one of multinode_instance_types" in " ".join(wrong.stderr.split())
+    # without multinode_subnet_ids the multi-node environment takes the subnets of subnet_ids in the first one's zone
+    terraform(tf_env, "plan", "-refresh=false", "-input=false", "-var", "multinode_subnet_ids=[]", "-out=default.plan",
+              ok=(0,))
+    planned = json.loads(terraform(tf_env, "show", "-json", "default.plan").stdout)["resource_changes"]
+    (multinode,) = [c for c in planned if c["address"] == 'aws_batch_compute_environment.this["gpu-multinode"]']
+    assert multinode["change"]["after"]["compute_resources"][0]["subnets"] == [net["subnet"]]
+    # subnets of two zones are refused before anything changes
+    two_zones = f'multinode_subnet_ids=["{net["multinode_subnet"]}","{net["other_zone_subnet"]}"]'
+    wrong = terraform(tf_env, "plan", "-refresh=false", "-input=false", "-var", two_zones, ok=(1,))
+    assert "multinode_subnet_ids must all be in one Availability Zone" in " ".join(wrong.stderr.split())
     # destroy's waiters sleep about a minute: it runs in the background while the CLI teardown test runs
     keep_the_bucket_and_destroy_the_rest(tf_env, moto)
 
