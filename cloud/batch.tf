@@ -105,13 +105,21 @@ resource "aws_batch_job_queue" "this" {
   }
 
   # A job that no instance of the queue's compute environment can ever hold stays RUNNABLE for good (Batch's
-  # own words for it: these status reasons); cancel it after a while instead.
+  # own words for it: the MISCONFIGURATION status reasons); cancel it after a while instead. A job for which EC2 has
+  # no instances to give (CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY: no Spot or On-Demand capacity of the instance
+  # types in the subnets' zones) may wait as long: cancel it after a longer while, so that it neither waits for days
+  # nor holds up the jobs behind it. (An instance quota too small for the job is not among the documented reasons:
+  # docs/cloud.md, "GPU quotas and capacity", says how to check it before submitting.)
   dynamic "job_state_time_limit_action" {
-    for_each = ["MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE"]
+    for_each = {
+      "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"         = var.unplaceable_job_cancel_seconds
+      "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE" = var.unplaceable_job_cancel_seconds
+      "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"           = var.no_capacity_job_cancel_seconds
+    }
     content {
       action           = "CANCEL"
-      max_time_seconds = var.unplaceable_job_cancel_seconds
-      reason           = job_state_time_limit_action.value
+      max_time_seconds = job_state_time_limit_action.value
+      reason           = job_state_time_limit_action.key
       state            = "RUNNABLE"
     }
   }

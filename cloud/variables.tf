@@ -102,6 +102,16 @@ variable "unplaceable_job_cancel_seconds" {
   }
 }
 
+variable "no_capacity_job_cancel_seconds" {
+  description = "A job RUNNABLE this long because EC2 has no capacity of its compute environment's instance types (AWS Batch's status reason CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY) is cancelled (600-86400); resubmit it later or elsewhere."
+  type        = number
+  default     = 14400
+  validation {
+    condition     = var.no_capacity_job_cancel_seconds >= 600 && var.no_capacity_job_cancel_seconds <= 86400
+    error_message = "no_capacity_job_cancel_seconds must be between 600 and 86400 (AWS Batch limits)."
+  }
+}
+
 variable "default_queue_environment" {
   description = "Compute environment of the job queue {name_prefix}-queue (cleanrl-queue, the queue of the CleanRL articles' commands): cpu-ondemand, cpu-spot, gpu-ondemand or gpu-spot."
   type        = string

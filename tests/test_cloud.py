@@ -1732,14 +1732,16 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
         for q in batch.describe_job_queues(jobQueues=list(out["job_queues"]["value"].values()))["jobQueues"]
     }
     assert queues["tftest-queue"]["computeEnvironmentOrder"][0]["computeEnvironment"].endswith("/tftest-gpu-spot")
-    for queue in queues.values():  # a job that can never be placed is cancelled, not RUNNABLE forever
-        assert {a["reason"] for a in queue["jobStateTimeLimitActions"]} == {
-            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
-            "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
-        }
-        assert {(a["action"], a["state"], a["maxTimeSeconds"]) for a in queue["jobStateTimeLimitActions"]} == {
-            ("CANCEL", "RUNNABLE", 1800)
-        }
+    # a job that can never be placed is cancelled after 30 minutes, one that EC2 has no capacity for after 4 hours,
+    # not RUNNABLE forever; the plain-CLI queues say the same
+    examples = [json.loads((EXAMPLES / f).read_text()) for f in ("job_queue.json", "job_queue_cpu_spot.json")]
+    for queue in [*queues.values(), *examples]:
+        assert {(a["reason"], a["action"], a["state"], a["maxTimeSeconds"]) for a in queue["jobStateTimeLimitActions"]
+                } == {
+            ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", "CANCEL", "RUNNABLE", 1800),
+            ("MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE", "CANCEL", "RUNNABLE", 1800),
+            ("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "CANCEL", "RUNNABLE", 14400),
+        }, queue.get("jobQueueName")
 
     # the runs bucket: encrypted, versioned, not public, old versions expire; the job role reaches runs/* only
     s3 = boto(moto, "s3")
