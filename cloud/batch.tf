@@ -47,11 +47,15 @@ resource "aws_launch_template" "batch" {
   }
 }
 
+# No service_role: AWS Batch then acts through its service-linked role AWSServiceRoleForBatch (it creates the role in
+# the account the first time, which needs iam:CreateServiceLinkedRole). Only with that role can AWS Batch update a
+# compute environment's instance types, launch template (the root volume), AMI type, subnets or placement group in
+# place; with a service role of one's own, each such change means a new compute environment, which AWS will not swap
+# in while a queue uses the old one.
 resource "aws_batch_compute_environment" "this" {
   for_each                 = local.environments
   compute_environment_name = "${var.name_prefix}-${each.key}"
   type                     = "MANAGED"
-  service_role             = aws_iam_role.batch_service.arn
 
   compute_resources {
     type = each.value.spot ? "SPOT" : "EC2"
@@ -80,8 +84,6 @@ resource "aws_batch_compute_environment" "this" {
       image_type = each.value.gpu ? "ECS_AL2023_NVIDIA" : "ECS_AL2023"
     }
   }
-
-  depends_on = [aws_iam_role_policy_attachment.batch_service]
 
   lifecycle {
     # Batch scales desired vCPUs itself.

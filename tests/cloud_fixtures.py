@@ -135,6 +135,31 @@ def _patch_moto():
         return result
 
     JobDefinition.describe = describe
+
+    # moto 5.2 requires a compute environment's serviceRole; AWS Batch, without one, uses its service-linked role
+    # AWSServiceRoleForBatch, and creates that role in the account the first time (cloud/batch.tf relies on it).
+    from moto.batch.models import BatchBackend
+    from moto.iam.exceptions import NotFoundException as IAMNotFoundException
+
+    create_environment = BatchBackend.create_compute_environment
+
+    def create_compute_environment(self, compute_environment_name, _type, state, compute_resources, service_role,
+                                   tags=None):
+        if not service_role:
+            try:
+                role = self.iam_backend.get_role("AWSServiceRoleForBatch")
+            except IAMNotFoundException:
+                trust = {"Version": "2012-10-17", "Statement": [{
+                    "Action": ["sts:AssumeRole"], "Effect": "Allow", "Principal": {"Service": ["batch.amazonaws.com"]}}]}
+                role = self.iam_backend.create_role(
+                    "AWSServiceRoleForBatch", json.dumps(trust), "/aws-service-role/batch.amazonaws.com/",
+                    permissions_boundary=None, description="", tags=[], max_session_duration="3600",
+                    linked_service="batch.amazonaws.com")
+            service_role = role.arn
+        return create_environment(self, compute_environment_name, _type, state, compute_resources, service_role, tags)
+
+    BatchBackend.create_compute_environment = create_compute_environment
+
     # moto 5.2 has no placement groups (CreatePlacementGroup answers "not implemented", and the provider retries it
     # for good); cloud/network.tf makes the multi-node environment's cluster placement group. Keep them per backend:
     # create, describe (by name or id; an unknown one is InvalidPlacementGroup.Unknown, as on AWS) and delete.

@@ -1753,10 +1753,11 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
     assert_tls_only(s3, bucket)
     iam = boto(moto, "iam")
-    # Batch assumes its service role for this account only; EC2 and ECS assume the others without a condition
-    (trust,) = iam.get_role(RoleName="tftest-batch-service")["Role"]["AssumeRolePolicyDocument"]["Statement"]
-    assert trust["Principal"] == {"Service": "batch.amazonaws.com"}
-    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": "123456789012"}}
+    # AWS Batch acts through its service-linked role (compute environment updates in place), not a role of ours
+    for env in envs.values():
+        assert env["serviceRole"] == (
+            "arn:aws:iam::123456789012:role/aws-service-role/batch.amazonaws.com/AWSServiceRoleForBatch")
+    assert "tftest-batch-service" not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
     for role in ("tftest-batch-instance", "tftest-job", "tftest-execution", "tftest-spot-fleet"):
         (trust,) = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]["Statement"]
         assert "Condition" not in trust, role
@@ -1840,6 +1841,17 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     planned = json.loads(terraform(tf_env, "show", "-json", "default.plan").stdout)["resource_changes"]
     (multinode,) = [c for c in planned if c["address"] == 'aws_batch_compute_environment.this["gpu-multinode"]']
     assert multinode["change"]["after"]["compute_resources"][0]["subnets"] == [net["subnet"]]
+    # a larger root volume (a new launch template version) and other instance types are updated in place
+    terraform(tf_env, "plan", "-refresh=false", "-input=false", "-var", "root_volume_gib=300", "-var",
+              'gpu_instance_types=["g5.2xlarge"]', "-out=update.plan")
+    planned = json.loads(terraform(tf_env, "show", "-json", "update.plan").stdout)["resource_changes"]
+    environments = {c["address"]: c["change"]["actions"] for c in planned
+                    if c["address"].startswith("aws_batch_compute_environment.")}
+    # (but terraform's AWS provider 5.x replaces a Spot environment whose instance types change: docs/cloud.md)
+    assert environments == {
+        **{f'aws_batch_compute_environment.this["{k}"]': ["update"] for k in (
+            "cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-multinode")},
+        'aws_batch_compute_environment.this["gpu-spot"]': ["delete", "create"]}, environments
     # subnets of two zones are refused before anything changes
     two_zones = f'multinode_subnet_ids=["{net["multinode_subnet"]}","{net["other_zone_subnet"]}"]'
     wrong = terraform(tf_env, "plan", "-refresh=false", "-input=false", "-var", two_zones, ok=(1,))
