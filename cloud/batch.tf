@@ -47,11 +47,15 @@ resource "aws_launch_template" "batch" {
   }
 }
 
+# No service_role: AWS Batch then acts through its service-linked role AWSServiceRoleForBatch (it creates the role in
+# the account the first time, which needs iam:CreateServiceLinkedRole). Only with that role can AWS Batch update a
+# compute environment's instance types, launch template (the root volume), AMI type, subnets or placement group in
+# place; with a service role of one's own, each such change means a new compute environment, which AWS will not swap
+# in while a queue uses the old one.
 resource "aws_batch_compute_environment" "this" {
   for_each                 = local.environments
   compute_environment_name = "${var.name_prefix}-${each.key}"
   type                     = "MANAGED"
-  service_role             = aws_iam_role.batch_service.arn
 
   compute_resources {
     type = each.value.spot ? "SPOT" : "EC2"
@@ -65,8 +69,8 @@ resource "aws_batch_compute_environment" "this" {
     max_vcpus           = each.value.max_vcpus
     security_group_ids  = [aws_security_group.batch.id]
     subnets             = each.key == "gpu-multinode" ? local.multinode_subnet_ids : var.subnet_ids
-    # a cluster placement group keeps the nodes of a multi-node job close (variable multinode_placement_group)
-    placement_group = each.key == "gpu-multinode" && var.multinode_placement_group != "" ? var.multinode_placement_group : null
+    # a cluster placement group keeps the nodes of a multi-node job close (network.tf, multinode_placement_group)
+    placement_group = each.key == "gpu-multinode" ? local.multinode_placement_group : null
     tags            = merge(var.tags, { Name = "${var.name_prefix}-${each.key}" })
 
     launch_template {
@@ -81,11 +85,13 @@ resource "aws_batch_compute_environment" "this" {
     }
   }
 
-  depends_on = [aws_iam_role_policy_attachment.batch_service]
-
   lifecycle {
     # Batch scales desired vCPUs itself.
     ignore_changes = [compute_resources[0].desired_vcpus]
+    precondition {
+      condition     = each.key != "gpu-multinode" || length(local.multinode_zones) == 1
+      error_message = "multinode_subnet_ids must all be in one Availability Zone: the nodes of a multi-node job run in one zone (and its placement group)."
+    }
   }
 }
 
@@ -101,13 +107,21 @@ resource "aws_batch_job_queue" "this" {
   }
 
   # A job that no instance of the queue's compute environment can ever hold stays RUNNABLE for good (Batch's
-  # own words for it: these status reasons); cancel it after a while instead.
+  # own words for it: the MISCONFIGURATION status reasons); cancel it after a while instead. A job for which EC2 has
+  # no instances to give (CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY: no Spot or On-Demand capacity of the instance
+  # types in the subnets' zones) may wait as long: cancel it after a longer while, so that it neither waits for days
+  # nor holds up the jobs behind it. (An instance quota too small for the job is not among the documented reasons:
+  # docs/cloud.md, "GPU quotas and capacity", says how to check it before submitting.)
   dynamic "job_state_time_limit_action" {
-    for_each = ["MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE"]
+    for_each = {
+      "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"         = var.unplaceable_job_cancel_seconds
+      "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE" = var.unplaceable_job_cancel_seconds
+      "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"           = var.no_capacity_job_cancel_seconds
+    }
     content {
       action           = "CANCEL"
-      max_time_seconds = var.unplaceable_job_cancel_seconds
-      reason           = job_state_time_limit_action.value
+      max_time_seconds = job_state_time_limit_action.value
+      reason           = job_state_time_limit_action.key
       state            = "RUNNABLE"
     }
   }

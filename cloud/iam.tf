@@ -1,33 +1,5 @@
-# Roles: the Batch service role, the role of the container instances (ECS agent, ECR pulls, awslogs)
-# and the Spot Fleet role of the Spot compute environments.
-
-# Batch may assume the service role only for this account's resources (aws:SourceAccount, which AWS Batch documents
-# against the confused deputy problem). The other trust policies have no such condition: EC2 assumes the instance
-# role for the instance profile, and AWS Batch documents the condition for its service role only.
-data "aws_iam_policy_document" "batch_assume" {
-  statement {
-    actions = ["sts:AssumeRole"]
-    principals {
-      type        = "Service"
-      identifiers = ["batch.amazonaws.com"]
-    }
-    condition {
-      test     = "StringEquals"
-      variable = "aws:SourceAccount"
-      values   = [data.aws_caller_identity.current.account_id]
-    }
-  }
-}
-
-resource "aws_iam_role" "batch_service" {
-  name               = "${var.name_prefix}-batch-service"
-  assume_role_policy = data.aws_iam_policy_document.batch_assume.json
-}
-
-resource "aws_iam_role_policy_attachment" "batch_service" {
-  role       = aws_iam_role.batch_service.name
-  policy_arn = "arn:aws:iam::aws:policy/service-role/AWSBatchServiceRole"
-}
+# Roles: the role of the container instances (ECS agent, ECR pulls, awslogs) and the Spot Fleet role of the Spot
+# compute environments. AWS Batch itself uses its service-linked role AWSServiceRoleForBatch (batch.tf).
 
 data "aws_iam_policy_document" "ec2_assume" {
   statement {

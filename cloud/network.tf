@@ -26,9 +26,30 @@ resource "aws_vpc_security_group_ingress_rule" "self" {
 # cloud/durable.py on the main node could not read or write the runs bucket. The S3 gateway endpoint routes S3
 # traffic of the subnets' route tables inside the VPC (no NAT gateway, no charge); for W&B (--track) the multi-node
 # jobs need private subnets behind a NAT gateway (var.multinode_subnet_ids).
+#
+# The nodes of a multi-node job exchange gradients every update: they run in one Availability Zone (traffic between
+# zones is slower and charged by the GB) and, by default, in a cluster placement group (instances close together in
+# that zone). Without multinode_subnet_ids, the multi-node environment gets the subnets of subnet_ids that are in the
+# first one's zone.
+data "aws_subnet" "given" {
+  for_each = toset(concat(var.subnet_ids, var.multinode_subnet_ids))
+  id       = each.value
+}
+
+resource "aws_placement_group" "multinode" {
+  count    = var.multinode_placement_group == "" ? 1 : 0
+  name     = "${var.name_prefix}-multinode"
+  strategy = "cluster"
+}
+
 locals {
-  multinode_subnet_ids = length(var.multinode_subnet_ids) > 0 ? var.multinode_subnet_ids : var.subnet_ids
-  endpoint_subnet_ids  = var.s3_gateway_endpoint ? distinct(concat(var.subnet_ids, local.multinode_subnet_ids)) : []
+  multinode_zone = data.aws_subnet.given[var.subnet_ids[0]].availability_zone
+  multinode_subnet_ids = length(var.multinode_subnet_ids) > 0 ? var.multinode_subnet_ids : [
+    for s in var.subnet_ids : s if data.aws_subnet.given[s].availability_zone == local.multinode_zone
+  ]
+  multinode_zones           = distinct([for s in local.multinode_subnet_ids : data.aws_subnet.given[s].availability_zone])
+  multinode_placement_group = var.multinode_placement_group == "" ? aws_placement_group.multinode[0].name : (var.multinode_placement_group == "none" ? null : var.multinode_placement_group)
+  endpoint_subnet_ids       = var.s3_gateway_endpoint ? distinct(concat(var.subnet_ids, local.multinode_subnet_ids)) : []
 }
 
 # The route table of each subnet: the one associated with it, else the VPC's main route table.

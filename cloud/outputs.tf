@@ -37,3 +37,14 @@ output "log_group" {
   description = "CloudWatch log group of the jobs."
   value       = aws_cloudwatch_log_group.this.name
 }
+
+# cloud/submitter_policy.json names the default set-up (account 111122223333, us-east-1, name_prefix cleanrl); this is
+# the same policy for this one.
+output "submitter_policy" {
+  description = "The IAM policy (JSON) a user of cloud/submit.py needs for this set-up: attach it to whoever submits."
+  value = replace(replace(replace(replace(file("${path.module}/submitter_policy.json"),
+    "cleanrl-runs-111122223333-us-east-1", aws_s3_bucket.runs.bucket),
+    ":111122223333:", ":${data.aws_caller_identity.current.account_id}:"),
+    ":us-east-1:", ":${var.region}:"),
+  "/cleanrl", "/${var.name_prefix}")
+}

@@ -8,9 +8,15 @@ locals {
   runs_prefix = "runs"
 }
 
+# `terraform destroy` refuses to run at all while this bucket is in the state, before it changes anything: it would
+# otherwise first remove the bucket's encryption, public access block, TLS-only policy, lifecycle rule and
+# versioning (they depend on the bucket, so they go first) and only then fail on a bucket that still holds runs.
+# docs/cloud.md, "Tearing down", takes the bucket out of the state first, so the rest goes and the bucket stays.
 resource "aws_s3_bucket" "runs" {
-  bucket        = local.runs_bucket
-  force_destroy = var.runs_force_destroy
+  bucket = local.runs_bucket
+  lifecycle {
+    prevent_destroy = true
+  }
 }
 
 resource "aws_s3_bucket_server_side_encryption_configuration" "runs" {

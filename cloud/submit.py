@@ -43,7 +43,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional, Union
+from typing import Annotated, Callable, NoReturn, Optional, Union
 
 import tyro
 
@@ -688,9 +688,40 @@ def build_and_push(args: Build) -> str:
     return pinned
 
 
-def job_definition_with_image(batch, name: str, image: Optional[str], dry_run: bool = False) -> str:
-    """The ARN of the newest ACTIVE revision of `name` that runs `image` (None: whatever it runs); registers a
-    new revision (a copy with the image swapped) when the image differs."""
+ECR_IMAGE_RE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)(?::([^:@/]+))?$")
+
+
+def pinned_image(args: Aws, image: str) -> str:
+    """An ECR image named by its tag (or by none: :latest) as REPOSITORY@DIGEST, what the tag names in ECR now. A tag
+    can be pushed again; a digest cannot change, so every attempt of a job, a resubmission of it and every child of
+    an array then runs the same image. Other images are returned as they are, with a warning for a tag."""
+    if "@sha256:" in image:
+        return image
+    m = ECR_IMAGE_RE.match(image)
+    if m is None:
+        print(f"warning: {image} is not in ECR; its tag is not pinned to a digest, so a retried job runs whatever the "
+              "tag names when it starts (give --image REPOSITORY@sha256:... to pin it)", file=sys.stderr)
+        return image
+    registry, region, repository, tag = m[1], m[2], m[3], m[4] or "latest"
+    from botocore.exceptions import ClientError
+
+    ecr = client(Aws(region=region, endpoint_url=args.endpoint_url), "ecr")
+    try:
+        found = ecr.describe_images(registryId=registry, repositoryName=repository, imageIds=[{"imageTag": tag}])
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("ImageNotFoundException", "RepositoryNotFoundException"):
+            fail(f"{image} is not in ECR (push it with `python cloud/submit.py build`, or give --image)")
+        raise
+    pinned = f"{image[: -len(tag) - 1] if m[4] else image}@{found['imageDetails'][0]['imageDigest']}"
+    print(f"image {image} is {pinned}", file=sys.stderr)
+    return pinned
+
+
+def job_definition_with_image(
+    batch, name: str, image: Optional[str], dry_run: bool = False, pin: Optional[Callable[[str], str]] = None
+) -> str:
+    """The ARN of the newest ACTIVE revision of `name` that runs `image` (None: whatever it runs, pinned by `pin`);
+    registers a new revision (a copy with the image swapped) when the image differs."""
     if name.startswith("arn:"):
         found = batch.describe_job_definitions(jobDefinitions=[name])["jobDefinitions"]
         found = [d for d in found if d["status"] == "ACTIVE"]
@@ -702,6 +733,11 @@ def job_definition_with_image(batch, name: str, image: Optional[str], dry_run: b
     if not found:
         fail(f"job definition {name!r} does not exist or is not ACTIVE (terraform apply in cloud/ creates it)")
     newest = max(found, key=lambda d: d["revision"])
+    if image is None and pin is not None:
+        ranges = (newest.get("nodeProperties") or {}).get("nodeRangeProperties", [])
+        images = {r["container"]["image"] for r in ranges} or {newest.get("containerProperties", {}).get("image")}
+        if len(images) == 1 and None not in images:
+            image = pin(images.pop())
     if image is None:
         return newest["jobDefinitionArn"]
     copy = {
@@ -743,9 +779,11 @@ def job_definition_with_image(batch, name: str, image: Optional[str], dry_run: b
 
 
 def image_for(args: Union[Submit, SubmitMultinode]) -> Optional[str]:
+    """The image of the jobs by its digest: the one built and pushed, or --image; None: the job definition's, pinned
+    by job_definition_with_image."""
     if args.build:
         return build_and_push(args)
-    return args.image
+    return pinned_image(args, args.image) if args.image is not None else None
 
 
 def shown_request(request: dict) -> dict:
@@ -764,7 +802,8 @@ def submit_requests(
 ) -> list[str]:
     image = image_for(args)
     batch = client(args, "batch")
-    definition = job_definition_with_image(batch, args.job_definition, image, args.dry_run)
+    pin = None if args.build else lambda named: pinned_image(args, named)
+    definition = job_definition_with_image(batch, args.job_definition, image, args.dry_run, pin)
     check_wandb_key(batch, definition, requests)
     if sweep is not None and not args.dry_run:
         sweep.open(batch, definition)

@@ -59,13 +59,13 @@ variable "multinode_instance_type" {
 }
 
 variable "multinode_subnet_ids" {
-  description = "Subnets of the multi-node compute environment (gpu-multinode); empty means subnet_ids. Multi-node jobs run in the awsvpc network mode, whose network interfaces get no public IP: outside the VPC their containers reach only S3 (through the S3 gateway endpoint, s3_gateway_endpoint) unless these are private subnets behind a NAT gateway, which W&B (--track) needs. Give subnets of one Availability Zone with multinode_placement_group."
+  description = "Subnets of the multi-node compute environment (gpu-multinode), all in one Availability Zone; empty means the subnets of subnet_ids in the first one's zone. Multi-node jobs run in the awsvpc network mode, whose network interfaces get no public IP: outside the VPC their containers reach only S3 (through the S3 gateway endpoint, s3_gateway_endpoint) unless these are private subnets behind a NAT gateway, which W&B (--track) needs."
   type        = list(string)
   default     = []
 }
 
 variable "multinode_placement_group" {
-  description = "Name of an existing cluster placement group for the multi-node compute environment (aws ec2 create-placement-group --group-name NAME --strategy cluster); empty: none. It keeps the nodes of a job close, in one Availability Zone: give multinode_subnet_ids of that zone."
+  description = "Cluster placement group of the multi-node compute environment: empty makes one, {name_prefix}-multinode; a name uses that existing group (aws ec2 create-placement-group --group-name NAME --strategy cluster); \"none\": no group. It keeps the nodes of a job close, in their one Availability Zone."
   type        = string
   default     = ""
 }
@@ -99,6 +99,16 @@ variable "unplaceable_job_cancel_seconds" {
   validation {
     condition     = var.unplaceable_job_cancel_seconds >= 600 && var.unplaceable_job_cancel_seconds <= 86400
     error_message = "unplaceable_job_cancel_seconds must be between 600 and 86400 (AWS Batch limits)."
+  }
+}
+
+variable "no_capacity_job_cancel_seconds" {
+  description = "A job RUNNABLE this long because EC2 has no capacity of its compute environment's instance types (AWS Batch's status reason CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY) is cancelled (600-86400); resubmit it later or elsewhere."
+  type        = number
+  default     = 14400
+  validation {
+    condition     = var.no_capacity_job_cancel_seconds >= 600 && var.no_capacity_job_cancel_seconds <= 86400
+    error_message = "no_capacity_job_cancel_seconds must be between 600 and 86400 (AWS Batch limits)."
   }
 }
 
@@ -216,12 +226,6 @@ variable "runs_noncurrent_days" {
   description = "Days S3 keeps an overwritten or deleted object's older versions (every checkpoint upload makes one) before deleting them."
   type        = number
   default     = 7
-}
-
-variable "runs_force_destroy" {
-  description = "If true, terraform destroy also deletes the runs bucket when it still holds runs."
-  type        = bool
-  default     = false
 }
 
 variable "wandb_secret_arn" {

@@ -6,6 +6,7 @@ terraform's provider do.
 """
 
 import datetime
+import hashlib
 import json
 import os
 import shutil
@@ -134,6 +135,74 @@ def _patch_moto():
         return result
 
     JobDefinition.describe = describe
+
+    # moto 5.2 requires a compute environment's serviceRole; AWS Batch, without one, uses its service-linked role
+    # AWSServiceRoleForBatch, and creates that role in the account the first time (cloud/batch.tf relies on it).
+    from moto.batch.models import BatchBackend
+    from moto.iam.exceptions import NotFoundException as IAMNotFoundException
+
+    create_environment = BatchBackend.create_compute_environment
+
+    def create_compute_environment(self, compute_environment_name, _type, state, compute_resources, service_role,
+                                   tags=None):
+        if not service_role:
+            try:
+                role = self.iam_backend.get_role("AWSServiceRoleForBatch")
+            except IAMNotFoundException:
+                trust = {"Version": "2012-10-17", "Statement": [{
+                    "Action": ["sts:AssumeRole"], "Effect": "Allow", "Principal": {"Service": ["batch.amazonaws.com"]}}]}
+                role = self.iam_backend.create_role(
+                    "AWSServiceRoleForBatch", json.dumps(trust), "/aws-service-role/batch.amazonaws.com/",
+                    permissions_boundary=None, description="", tags=[], max_session_duration="3600",
+                    linked_service="batch.amazonaws.com")
+            service_role = role.arn
+        return create_environment(self, compute_environment_name, _type, state, compute_resources, service_role, tags)
+
+    BatchBackend.create_compute_environment = create_compute_environment
+
+    # moto 5.2 has no placement groups (CreatePlacementGroup answers "not implemented", and the provider retries it
+    # for good); cloud/network.tf makes the multi-node environment's cluster placement group. Keep them per backend:
+    # create, describe (by name or id; an unknown one is InvalidPlacementGroup.Unknown, as on AWS) and delete.
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses import EC2Response
+
+    def groups_of(response) -> dict:
+        if not hasattr(response.ec2_backend, "cleanrl_placement_groups"):
+            response.ec2_backend.cleanrl_placement_groups = {}
+        return response.ec2_backend.cleanrl_placement_groups
+
+    def create_placement_group(self):
+        name = self._get_param("GroupName")
+        if name in groups_of(self):
+            raise EC2ClientError("InvalidPlacementGroup.Duplicate", f"The Placement Group '{name}' already exists.")
+        tags = self._parse_tag_specification("placement-group").get("placement-group", {})
+        group_id = "pg-" + hashlib.sha256(name.encode()).hexdigest()[:17]
+        groups_of(self)[name] = {
+            "GroupName": name, "GroupId": group_id, "State": "available", "Strategy": self._get_param("Strategy"),
+            "GroupArn": f"arn:aws:ec2:{self.region}:{self.current_account}:placement-group/{name}",
+            "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+        }
+        return ActionResult({"PlacementGroup": groups_of(self)[name]})
+
+    def describe_placement_groups(self):
+        names, ids = self._get_param("GroupNames", []), self._get_param("GroupIds", [])
+        found = [g for g in groups_of(self).values() if (not names and not ids) or g["GroupName"] in names
+                 or g["GroupId"] in ids]
+        if len(found) < len(names) + len(ids):
+            unknown = sorted(set(names) | set(ids) - {g["GroupName"] for g in found} - {g["GroupId"] for g in found})
+            raise EC2ClientError("InvalidPlacementGroup.Unknown", f"The Placement Group '{unknown[0]}' is unknown.")
+        return ActionResult({"PlacementGroups": found})
+
+    def delete_placement_group(self):
+        name = self._get_param("GroupName")
+        if groups_of(self).pop(name, None) is None:
+            raise EC2ClientError("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
+        return ActionResult({})
+
+    EC2Response.create_placement_group = create_placement_group
+    EC2Response.describe_placement_groups = describe_placement_groups
+    EC2Response.delete_placement_group = delete_placement_group
 
     # moto 5.2 forgets a job queue's jobStateTimeLimitActions (CreateJobQueue ignores them, DescribeJobQueues has no
     # such field), so every later plan of cloud/batch.tf would want to add them again. Keep and describe them.
@@ -273,3 +342,14 @@ def recording(monkeypatch, submit, event: str) -> list:
 
     monkeypatch.setattr(submit, "client", recording_client)
     return called
+
+
+def push_image(moto: "MotoServer", repository: str, tag: str, build: str = "") -> str:
+    """What `docker push REPOSITORY:TAG` leaves in ECR: an image manifest under the tag (another `build` text, another
+    image); its digest."""
+    config = "sha256:" + hashlib.sha256(f"{repository}:{tag}:{build}".encode()).hexdigest()
+    manifest = json.dumps(
+        {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "config": {"digest": config}}
+    )
+    image = boto_client(moto, "ecr").put_image(repositoryName=repository, imageManifest=manifest, imageTag=tag)["image"]
+    return image["imageId"]["imageDigest"]

@@ -5,6 +5,7 @@ once for the session. Terraform runs for real, offline, from the filesystem mirr
 """
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ from tests.cloud_fixtures import (
     MotoServer,
     aws_env,
     boto_client,
+    push_image,
     terraform_binary,
     terraform_mirror,
     use_local_endpoint,
@@ -115,6 +117,8 @@ def cli_infra(moto, tmp_path_factory, tf_background):
     proc = run_cli_file(moto, "setup.sh", work)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_tls_only(boto(moto, "s3"), "cleanrl-runs-123456789012-us-east-1")
+    # the image the job definitions name (cleanrl:latest), pushed as `python cloud/submit.py build` does
+    push_image(moto, "cleanrl", "latest")
     state = {"work": work, "torn_down": False, **net}
     yield state
     if not state["torn_down"]:
@@ -817,9 +821,62 @@ def test_dockerfile_layers_and_no_secrets():
     assert "cloud]" in lines[install]  # boto3 for cloud/durable.py
     assert "xvfb" in text and "tini" in text
     assert not re.search(r"^\s*(ENV|ARG)\b.*(WANDB|AWS_|KEY|SECRET|TOKEN|PASSWORD)", text, re.MULTILINE | re.IGNORECASE)
-    ignored = (ROOT / ".dockerignore").read_text().split()
-    for must in (".git", ".env", "runs", "wandb", "*.tfstate", ".aws", ".netrc"):
-        assert must in ignored
+    for kept in ("cleanrl/ppo.py", "cloud/submit.py", "cloud/jobs/single.sh", "benchmark/kept.py", "pyproject.toml"):
+        assert not docker_ignores(kept), kept
+    for secret in (".git/config", ".env", ".env.local", "cloud/terraform.tfstate", "cloud/terraform.tfstate.backup",
+                   "cloud/terraform.tfvars", "cloud/.terraform/providers/x", ".aws/credentials", ".netrc"):
+        assert docker_ignores(secret), secret
+
+
+def dockerignore_patterns() -> list[tuple[bool, re.Pattern]]:
+    """The rules of .dockerignore as Docker reads them: each line a path pattern from the context's root (Go's
+    filepath.Match, `**` any number of folders), `!` an exception, the last matching rule wins; a rule that matches a
+    folder matches everything inside it."""
+    rules = []
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keep = line.startswith("!")
+        pattern = os.path.normpath(line.lstrip("!").strip("/"))
+        regex = ""
+        for part in pattern.split("/"):
+            if part == "**":
+                regex += "(?:[^/]+/)*"
+                continue
+            regex += re.escape(part).replace(r"\*", "[^/]*").replace(r"\?", "[^/]") + "/"
+        rules.append((keep, re.compile(regex.rstrip("/") + "(?:/.*)?")))
+    return rules
+
+
+def docker_ignores(path: str) -> bool:
+    ignored = False
+    for keep, rule in dockerignore_patterns():
+        if rule.fullmatch(path):
+            ignored = not keep
+    return ignored
+
+
+def test_dockerignore_keeps_local_results_out_of_the_image():
+    """`COPY . .` copies the build context: runs, videos, sweep manifests and the runs and checkpoints `collect`
+    downloads next to them, benchmark results must stay out, or each build bakes them into the image."""
+    for local in (
+        "runs/CartPole-v1__ppo__1__1700000000/events.out.tfevents.1",
+        "runs/CartPole-v1__ppo__1__1700000000/checkpoint.pt",
+        "cleanrl/runs/x/checkpoint.pt",
+        "videos/CartPole-v1__ppo__1/rl-video-episode-0.mp4",
+        "wandb/run-20260101_000000-abc/files/config.yaml",
+        "sweeps/cleanrl-20260101-000000-0a1b2c3d.json",
+        "sweeps/cleanrl-20260101-000000-0a1b2c3d/jobs/0123/runs/x/checkpoint.pt",
+        "benchmark/results/ppo.json",
+        "benchmark/report/index.md",
+    ):
+        assert docker_ignores(local), local
+    # and everything git ignores as local state (.gitignore) is ignored by the image build too
+    for line in (ROOT / ".gitignore").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            example = line.strip("/").replace("*", "x")
+            assert docker_ignores(example) or docker_ignores(f"{example}/x"), f".gitignore's {line} is let in"
 
 
 def test_entrypoint_runs_the_given_command(tmp_path):
@@ -885,6 +942,7 @@ def tf_background(moto, tmp_path_factory):
         shutil.copy(f, module)
     # the committed lock file: init must accept it as it is (the mirror's package matches its hash)
     shutil.copy(CLOUD / ".terraform.lock.hcl", module)
+    shutil.copy(CLOUD / "submitter_policy.json", module)
     shutil.copytree(CLOUD / "jobs", module / "jobs")
     (module / "examples").mkdir()
     shutil.copy(EXAMPLES / "user_data.mime", module / "examples")
@@ -892,6 +950,11 @@ def tf_background(moto, tmp_path_factory):
     # the multi-node jobs' subnet, with a route table of its own (the first subnet uses the VPC's main one)
     ec2 = boto(moto, "ec2")
     net["multinode_subnet"] = ec2.create_subnet(VpcId=net["vpc"], CidrBlock="10.30.2.0/24")["Subnet"]["SubnetId"]
+    # a second subnet for the single-job environments, in another Availability Zone than the first
+    (first,) = ec2.describe_subnets(SubnetIds=[net["subnet"]])["Subnets"]
+    other_zone = "us-east-1b" if first["AvailabilityZone"] != "us-east-1b" else "us-east-1c"
+    net["other_zone_subnet"] = ec2.create_subnet(VpcId=net["vpc"], CidrBlock="10.30.3.0/24",
+                                                 AvailabilityZone=other_zone)["Subnet"]["SubnetId"]
     net["multinode_route_table"] = ec2.create_route_table(VpcId=net["vpc"])["RouteTable"]["RouteTableId"]
     ec2.associate_route_table(RouteTableId=net["multinode_route_table"], SubnetId=net["multinode_subnet"])
     (net["main_route_table"],) = [
@@ -907,12 +970,11 @@ def tf_background(moto, tmp_path_factory):
                 "name_prefix": "tftest",
                 "region": REGION,
                 "vpc_id": net["vpc"],
-                "subnet_ids": [net["subnet"]],
+                "subnet_ids": [net["subnet"], net["other_zone_subnet"]],
                 "cpu_max_vcpus": 32,
                 "gpu_instance_types": ["g5.xlarge"],
                 "wandb_secret_arn": secret,
                 "multinode_subnet_ids": [net["multinode_subnet"]],
-                "multinode_placement_group": "tftest-multinode",
                 "multinode_instance_type": "p4d.24xlarge",
             }
         )
@@ -1115,6 +1177,93 @@ def test_bad_input_exits_with_one_line_and_no_network(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
+# The IAM policy of a user of cloud/submit.py
+
+# What IAM checks for an S3 operation is not always the operation's name; the others are SERVICE:OPERATION.
+S3_ACTIONS = {"HeadObject": "s3:GetObject", "GetObject": "s3:GetObject", "PutObject": "s3:PutObject",
+              "ListObjectsV2": "s3:ListBucket"}
+# `docker push` to ECR, as AWS documents the permissions of a push (after `docker login` with GetAuthorizationToken)
+DOCKER_PUSH_ACTIONS = {"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:InitiateLayerUpload",
+                       "ecr:UploadLayerPart", "ecr:CompleteLayerUpload", "ecr:PutImage"}
+
+
+def submit_tool_actions() -> dict[str, str]:
+    """Every IAM action the AWS calls of cloud/submit.py need, read from its source: the boto3 client methods it calls
+    (by botocore's names of ecr, batch and s3 operations), the paginators and transfers it uses, the `docker push` it
+    runs and the `aws` commands it prints for you to run. {action: where in submit.py}."""
+    import ast
+
+    import botocore.session
+    from botocore import xform_name
+
+    source = (CLOUD / "submit.py").read_text()
+    tree = ast.parse(source)
+    services = {n.args[1].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") ==
+                "client" and len(n.args) == 2 and isinstance(n.args[1], ast.Constant)}
+    assert services == {"ecr", "batch", "s3"}, services  # a new service: add it to the policy and to this test
+    session = botocore.session.get_session()
+    operations = {}
+    for service in services:
+        for op in session.get_service_model(service).operation_names:
+            operations[xform_name(op)] = (service, op)
+    needed = {}
+
+    def need(service, op, line):
+        needed[S3_ACTIONS[op] if service == "s3" else f"{service}:{op}"] = f"submit.py:{line}"
+
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name = node.func.attr
+        if name in operations:
+            need(*operations[name], node.lineno)
+        elif name == "get_paginator":
+            need(*operations[node.args[0].value], node.lineno)
+        elif name == "download_file":  # boto3's transfer: HeadObject, then GetObject (ranged)
+            need("s3", "HeadObject", node.lineno)
+            need("s3", "GetObject", node.lineno)
+        elif name == "run" and isinstance(node.args[0], ast.List):
+            assert node.args[0].elts[0].value == "git", ast.unparse(node)  # the other subprocess: run_docker
+    for m in re.finditer(r'\["docker", "(\w+)"', source):
+        assert m[1] in ("build", "login", "push", "tag"), m[0]
+        if m[1] == "push":
+            needed.update({a: f"submit.py: docker push" for a in DOCKER_PUSH_ACTIONS})
+    for m in re.finditer(r"aws (\w+) ([a-z-]+)", source):  # commands it tells you to run
+        if m[1] in ("logs", "s3api", "batch", "ecr"):
+            needed[f"{m[1]}:" + "".join(w.title() for w in m[2].split("-"))] = f"submit.py: {m[0]}"
+    # a job definition that names roles (jobRoleArn, executionRoleArn) is registered only by whoever may pass them
+    if "batch:RegisterJobDefinition" in needed:
+        needed["iam:PassRole"] = "submit.py: RegisterJobDefinition with the job roles"
+    return needed
+
+
+def test_submitter_policy_allows_every_call_of_the_submit_tool():
+    policy = json.loads((CLOUD / "submitter_policy.json").read_text())
+    assert policy["Version"] == "2012-10-17"
+    allowed = {}
+    for statement in policy["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        for action in actions:
+            assert "*" not in action, action  # each action named, so that this test can find it
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            allowed.setdefault(action, []).extend(resources)
+    needed = submit_tool_actions()
+    assert {"batch:SubmitJob", "batch:RegisterJobDefinition", "ecr:DescribeImages", "s3:PutObject"} <= set(needed)
+    missing = {a: where for a, where in needed.items() if a not in allowed}
+    assert not missing, f"the policy lacks {missing}"
+    # and nothing the tool does not need
+    assert set(allowed) - set(needed) == {"batch:TagResource"}  # RegisterJobDefinition copies a definition's tags
+    # the roles passed are the job definitions' own (iam.tf), the bucket and repository terraform's defaults
+    assert sorted(allowed["iam:PassRole"]) == ["arn:aws:iam::111122223333:role/cleanrl-execution",
+                                               "arn:aws:iam::111122223333:role/cleanrl-job"]
+    iam_tf = (CLOUD / "iam.tf").read_text()
+    for role in ("job", "execution"):
+        assert f'resource "aws_iam_role" "{role}" {{\n  name               = "${{var.name_prefix}}-{role}"' in iam_tf
+    assert allowed["ecr:PutImage"] == ["arn:aws:ecr:us-east-1:111122223333:repository/cleanrl"]
+
+
+# ---------------------------------------------------------------------------------------------------
 # cloud/submit.py against the endpoint
 
 
@@ -1256,6 +1405,7 @@ def test_submit_array_job_and_describe_in_batches_of_100(cli_infra, aws, capsys,
 def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl:abc123"
+    digest = push_image(aws, "cleanrl", "abc123")
     sent = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
     ids = cli(
         "submit-multinode",
@@ -1309,7 +1459,7 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
     definition = batch.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"][0]
     assert definition["jobDefinitionName"] == "cleanrl-multinode" and definition["revision"] >= 2
     container = definition["nodeProperties"]["nodeRangeProperties"][0]["container"]
-    assert container["image"] == image
+    assert container["image"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl@{digest}"  # the tag's image now
     assert container["command"][2] == (CLOUD / "jobs" / "multinode.sh").read_text()
     # the same image again: no new revision
     again = cli("submit-multinode", "--no-build", "--image", image, "--job-queue", "cleanrl-cpu-spot")
@@ -1323,6 +1473,7 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
 @pytest.mark.heavy
 def test_job_definition_by_name_revision_or_arn(cli_infra, aws, capsys):
     batch = boto(aws, "batch")
+    cli("submit", "--no-build", "--seeds", "20")  # a revision that runs cleanrl:latest by its digest (see below)
     newest = max(
         batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"],
         key=lambda d: d["revision"],
@@ -1332,6 +1483,47 @@ def test_job_definition_by_name_revision_or_arn(cli_infra, aws, capsys):
         assert describe_all(aws, ids)[ids[0]]["jobDefinition"] == newest["jobDefinitionArn"], name
     with pytest.raises(SystemExit, match="error: job definition 'cleanrl-single:999' does not exist"):
         cli("submit", "--no-build", "--job-definition", "cleanrl-single:999")
+    capsys.readouterr()
+
+
+@pytest.mark.heavy
+def test_no_build_submit_pins_the_image_digest(cli_infra, aws, capsys):
+    """`submit --no-build` runs the image a tag names at submission, by its digest: a later push of the tag changes
+    neither the job's retries nor a resubmission of it nor later jobs of the same revision; --image TAG follows it."""
+    batch, repo = boto(aws, "batch"), "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl"
+    single = batch.describe_job_definitions(jobDefinitionName="cleanrl-single", status="ACTIVE")["jobDefinitions"]
+    (first_revision,) = [d for d in single if d["revision"] == 1]
+    assert first_revision["containerProperties"]["image"] == f"{repo}:latest"  # as cloud/examples registers it
+    batch.register_job_definition(jobDefinitionName="cleanrl-tagged", type="container",
+                                  parameters=first_revision["parameters"],
+                                  containerProperties=first_revision["containerProperties"])
+    old = push_image(aws, "cleanrl", "latest", build="before")
+
+    def image_of(job_id):
+        definition = describe_all(aws, [job_id])[job_id]["jobDefinition"]
+        return batch.describe_job_definitions(jobDefinitions=[definition])["jobDefinitions"][0]["containerProperties"][
+            "image"
+        ]
+
+    (first,) = cli("submit", "--no-build", "--job-definition", "cleanrl-tagged", "--seeds", "41", "--sweep", "pinned")
+    assert image_of(first) == f"{repo}@{old}"
+    assert f"image {repo}:latest is {repo}@{old}" in capsys.readouterr().err
+    manifest = json.loads(Path("sweeps/pinned.json").read_text())
+    assert manifest["runs"][0]["jobs"][0]["image"] == f"{repo}@{old}"  # what `resubmit` submits again
+    new = push_image(aws, "cleanrl", "latest", build="after")  # someone pushes other code under the same tag
+    assert new != old and image_of(first) == f"{repo}@{old}"
+    # the definition's newest revision now names the digest: its jobs keep running that image
+    (second,) = cli("submit", "--no-build", "--job-definition", "cleanrl-tagged", "--seeds", "42")
+    assert image_of(second) == f"{repo}@{old}"
+    # the tag, by --image or a revision that names it, is resolved again: what it names now
+    (third,) = cli("submit", "--no-build", "--job-definition", "cleanrl-tagged", "--image", f"{repo}:latest")
+    (fourth,) = cli("submit", "--no-build", "--job-definition", "cleanrl-tagged:1", "--seeds", "44")
+    assert image_of(third) == image_of(fourth) == f"{repo}@{new}"
+    # an image ECR does not hold is refused before any job is submitted
+    submitted = len(batch.list_jobs(jobQueue="cleanrl-cpu-spot", jobStatus="SUCCEEDED")["jobSummaryList"])
+    with pytest.raises(SystemExit, match=f"error: {repo}:nope is not in ECR"):
+        cli("submit", "--no-build", "--job-definition", "cleanrl-tagged", "--image", f"{repo}:nope", "--seeds", "45")
+    assert len(batch.list_jobs(jobQueue="cleanrl-cpu-spot", jobStatus="SUCCEEDED")["jobSummaryList"]) == submitted
     capsys.readouterr()
 
 
@@ -1521,13 +1713,15 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     for name, env in envs.items():
         image_type = "ECS_AL2023_NVIDIA" if "-gpu-" in name else "ECS_AL2023"
         assert env["computeResources"]["ec2Configuration"] == [{"imageType": image_type}], name
-    # the multi-node environment: its own subnets and the cluster placement group; the others neither
+    # the multi-node environment: its own subnets and the cluster placement group terraform made; the others neither
     net = tf_env["net"]
     assert multinode_env["subnets"] == [net["multinode_subnet"]]
     assert multinode_env["placementGroup"] == "tftest-multinode"
+    (group,) = boto(moto, "ec2").describe_placement_groups(GroupNames=["tftest-multinode"])["PlacementGroups"]
+    assert group["Strategy"] == "cluster"
     for name, env in envs.items():
         if name != "tftest-gpu-multinode":
-            assert env["computeResources"]["subnets"] == [net["subnet"]], name
+            assert sorted(env["computeResources"]["subnets"]) == sorted([net["subnet"], net["other_zone_subnet"]]), name
             assert "placementGroup" not in env["computeResources"], name
     # the S3 gateway endpoint on the route tables of both subnets: the main one and the multi-node subnet's own
     (endpoint,) = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [net["vpc"]]}])["VpcEndpoints"]
@@ -1538,14 +1732,16 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
         for q in batch.describe_job_queues(jobQueues=list(out["job_queues"]["value"].values()))["jobQueues"]
     }
     assert queues["tftest-queue"]["computeEnvironmentOrder"][0]["computeEnvironment"].endswith("/tftest-gpu-spot")
-    for queue in queues.values():  # a job that can never be placed is cancelled, not RUNNABLE forever
-        assert {a["reason"] for a in queue["jobStateTimeLimitActions"]} == {
-            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
-            "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
-        }
-        assert {(a["action"], a["state"], a["maxTimeSeconds"]) for a in queue["jobStateTimeLimitActions"]} == {
-            ("CANCEL", "RUNNABLE", 1800)
-        }
+    # a job that can never be placed is cancelled after 30 minutes, one that EC2 has no capacity for after 4 hours,
+    # not RUNNABLE forever; the plain-CLI queues say the same
+    examples = [json.loads((EXAMPLES / f).read_text()) for f in ("job_queue.json", "job_queue_cpu_spot.json")]
+    for queue in [*queues.values(), *examples]:
+        assert {(a["reason"], a["action"], a["state"], a["maxTimeSeconds"]) for a in queue["jobStateTimeLimitActions"]
+                } == {
+            ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", "CANCEL", "RUNNABLE", 1800),
+            ("MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE", "CANCEL", "RUNNABLE", 1800),
+            ("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "CANCEL", "RUNNABLE", 14400),
+        }, queue.get("jobQueueName")
 
     # the runs bucket: encrypted, versioned, not public, old versions expire; the job role reaches runs/* only
     s3 = boto(moto, "s3")
@@ -1557,10 +1753,11 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
     assert_tls_only(s3, bucket)
     iam = boto(moto, "iam")
-    # Batch assumes its service role for this account only; EC2 and ECS assume the others without a condition
-    (trust,) = iam.get_role(RoleName="tftest-batch-service")["Role"]["AssumeRolePolicyDocument"]["Statement"]
-    assert trust["Principal"] == {"Service": "batch.amazonaws.com"}
-    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": "123456789012"}}
+    # AWS Batch acts through its service-linked role (compute environment updates in place), not a role of ours
+    for env in envs.values():
+        assert env["serviceRole"] == (
+            "arn:aws:iam::123456789012:role/aws-service-role/batch.amazonaws.com/AWSServiceRoleForBatch")
+    assert "tftest-batch-service" not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
     for role in ("tftest-batch-instance", "tftest-job", "tftest-execution", "tftest-spot-fleet"):
         (trust,) = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]["Statement"]
         assert "Condition" not in trust, role
@@ -1593,6 +1790,19 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
     assert props["jobRoleArn"].endswith(":role/tftest-job")
     assert props["executionRoleArn"].endswith(":role/tftest-execution")
     assert props["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": tf_env["secret"]}]
+    # the submitter's policy of this set-up names its roles, repository, bucket, queues and log group
+    statements = {s["Sid"]: s for s in json.loads(out["submitter_policy"]["value"])["Statement"]}
+    assert sorted(statements["PassTheJobRolesInJobDefinitions"]["Resource"]) == sorted(
+        [props["executionRoleArn"], props["jobRoleArn"]])
+    assert statements["PushAndResolveImages"]["Resource"] == repo["repositoryArn"]
+    assert statements["ListTheRunsBucket"]["Resource"] == f"arn:aws:s3:::{bucket}"
+    assert set(statements["ReadRunsReadAndWriteSweepManifests"]["Resource"]) == {
+        f"arn:aws:s3:::{bucket}/runs/*", f"arn:aws:s3:::{bucket}/sweeps/*"}
+    queue_arn = queues["tftest-queue"]["jobQueueArn"]
+    assert statements["SubmitJobs"]["Resource"][1] == queue_arn.rsplit("/", 1)[0] + "/tftest-*"
+    assert single["jobDefinitionArn"].startswith(statements["SubmitJobs"]["Resource"][0].rstrip("*"))
+    assert statements["ReadJobLogs"]["Resource"] == (
+        f"arn:aws:logs:{REGION}:123456789012:log-group:{props['logConfiguration']['options']['awslogs-group']}:*")
     assert {"name": "CLEANRL_RUNS_S3", "value": f"s3://{bucket}/runs"} in props["environment"]
     # the articles' job definition, as in cloud/examples/job_definition_ppo.json
     ppo = batch.describe_job_definitions(jobDefinitionName="tftest-ppo", status="ACTIVE")["jobDefinitions"][0]
@@ -1625,7 +1835,80 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
         tf_env, "plan", "-refresh=false", "-input=false", "-var", "multinode_instance_type=c5.large", ok=(1,)
     )
     assert "multinode_instance_type must be one of multinode_instance_types" in " ".join(wrong.stderr.split())
+    # without multinode_subnet_ids the multi-node environment takes the subnets of subnet_ids in the first one's zone
+    terraform(tf_env, "plan", "-refresh=false", "-input=false", "-var", "multinode_subnet_ids=[]", "-out=default.plan",
+              ok=(0,))
+    planned = json.loads(terraform(tf_env, "show", "-json", "default.plan").stdout)["resource_changes"]
+    (multinode,) = [c for c in planned if c["address"] == 'aws_batch_compute_environment.this["gpu-multinode"]']
+    assert multinode["change"]["after"]["compute_resources"][0]["subnets"] == [net["subnet"]]
+    # a larger root volume (a new launch template version) and other instance types are updated in place
+    terraform(tf_env, "plan", "-refresh=false", "-input=false", "-var", "root_volume_gib=300", "-var",
+              'gpu_instance_types=["g5.2xlarge"]', "-out=update.plan")
+    planned = json.loads(terraform(tf_env, "show", "-json", "update.plan").stdout)["resource_changes"]
+    environments = {c["address"]: c["change"]["actions"] for c in planned
+                    if c["address"].startswith("aws_batch_compute_environment.")}
+    # (but terraform's AWS provider 5.x replaces a Spot environment whose instance types change: docs/cloud.md)
+    assert environments == {
+        **{f'aws_batch_compute_environment.this["{k}"]': ["update"] for k in (
+            "cpu-ondemand", "cpu-spot", "gpu-ondemand", "gpu-multinode")},
+        'aws_batch_compute_environment.this["gpu-spot"]': ["delete", "create"]}, environments
+    # subnets of two zones are refused before anything changes
+    two_zones = f'multinode_subnet_ids=["{net["multinode_subnet"]}","{net["other_zone_subnet"]}"]'
+    wrong = terraform(tf_env, "plan", "-refresh=false", "-input=false", "-var", two_zones, ok=(1,))
+    assert "multinode_subnet_ids must all be in one Availability Zone" in " ".join(wrong.stderr.split())
     # destroy's waiters sleep about a minute: it runs in the background while the CLI teardown test runs
+    keep_the_bucket_and_destroy_the_rest(tf_env, moto)
+
+
+BUCKET_RESOURCES = [f"{kind}.runs" for kind in (
+    "aws_s3_bucket", "aws_s3_bucket_server_side_encryption_configuration", "aws_s3_bucket_versioning",
+    "aws_s3_bucket_public_access_block", "aws_s3_bucket_policy", "aws_s3_bucket_lifecycle_configuration")]
+
+
+def assert_bucket_intact(moto, bucket: str) -> None:
+    s3 = boto(moto, "s3")
+    rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    assert set(s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"].values()) == {True}
+    (lifecycle,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
+    assert_tls_only(s3, bucket)
+    with over_plain_http(s3, bucket):
+        assert s3.get_object(Bucket=bucket, Key=RUN_KEY)["Body"].read() == b"a week of training"
+
+
+RUN_KEY = "runs/job-1/runs/x/checkpoint.pt"
+
+
+@contextlib.contextmanager
+def over_plain_http(s3, bucket: str):
+    """moto enforces the bucket's TLS-only policy on objects, and its endpoint here is plain HTTP: lift the policy for
+    a moment and put back the very same one."""
+    policy = s3.get_bucket_policy(Bucket=bucket)["Policy"]
+    s3.delete_bucket_policy(Bucket=bucket)
+    try:
+        yield
+    finally:
+        s3.put_bucket_policy(Bucket=bucket, Policy=policy)
+
+
+def keep_the_bucket_and_destroy_the_rest(tf_env, moto):
+    """`terraform destroy` with runs in the bucket refuses before it changes anything; docs/cloud.md's teardown
+    (the bucket's resources out of the state, then destroy) is started in the background."""
+    bucket = "tftest-runs-123456789012-us-east-1"
+    with over_plain_http(boto(moto, "s3"), bucket):
+        boto(moto, "s3").put_object(Bucket=bucket, Key=RUN_KEY, Body=b"a week of training")
+    refused = terraform(tf_env, "destroy", "-auto-approve", "-input=false", ok=(1,))
+    said = " ".join(refused.stderr.split())
+    assert "Instance cannot be destroyed" in said and "aws_s3_bucket.runs has lifecycle.prevent_destroy set" in said
+    assert "Destroying..." not in refused.stdout
+    assert_bucket_intact(moto, bucket)
+    assert len(boto(moto, "batch").describe_job_queues(jobQueues=["tftest-queue"])["jobQueues"]) == 1
+    shown = terraform(tf_env, "state", "rm", *BUCKET_RESOURCES).stdout
+    assert shown.count("Removed ") == len(BUCKET_RESOURCES), shown  # the command of docs/cloud.md, each resource
+    assert f"terraform state rm {' '.join(BUCKET_RESOURCES)}" in " ".join(
+        (CLOUD.parent / "docs" / "cloud.md").read_text().replace("\\\n", " ").split())
     start_destroy(tf_env)
 
 
@@ -1653,7 +1936,7 @@ def test_terraform_destroy(tf_background, moto):
         pytest.skip(tf_env["skip"])
     if "destroy" not in tf_env:  # run on its own: apply first
         assert tf_env["proc"].wait(timeout=300) == 0, (tf_env["work"] / "apply.log").read_text()[-4000:]
-        start_destroy(tf_env)
+        keep_the_bucket_and_destroy_the_rest(tf_env, moto)
     returncode = tf_env["destroy"].wait(timeout=300)
     log = (tf_env["work"] / "destroy.log").read_text()
     assert returncode == 0 and "Destroy complete!" in log, log[-4000:]
@@ -1662,7 +1945,8 @@ def test_terraform_destroy(tf_background, moto):
     queues = [f"tftest-{k}" for k in kinds]
     assert batch.describe_job_queues(jobQueues=queues + ["tftest-queue"])["jobQueues"] == []
     assert batch.describe_compute_environments(computeEnvironments=queues)["computeEnvironments"] == []
-    assert "tftest-runs-123456789012-us-east-1" not in {b["Name"] for b in boto(moto, "s3").list_buckets()["Buckets"]}
+    # the runs bucket stays, as it was: settings and runs
+    assert_bucket_intact(moto, "tftest-runs-123456789012-us-east-1")
     assert not [r for r in boto(moto, "iam").list_roles()["Roles"] if r["RoleName"].startswith("tftest-")]
     # moto keeps listing a deleted endpoint, in the state "deleted"
     vpc = tf_env["net"]["vpc"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cloud_fixtures import CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client, use_local_endpoint
+from tests.cloud_fixtures import CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client, push_image, use_local_endpoint
 from tests.cloud_fixtures import recording as record_calls
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
@@ -67,6 +67,8 @@ def batch(moto):
     )
     definition = json.loads((CLOUD / "examples" / "job_definition.json").read_text().replace("111122223333", ACCOUNT))
     client.register_job_definition(**definition)
+    boto(moto, "ecr").create_repository(repositoryName="cleanrl")
+    push_image(moto, "cleanrl", "latest")  # the image it names, cleanrl:latest
     return client
 
 
@@ -218,7 +220,10 @@ def test_sweep_status_resubmit_collect_and_report(aws, tmp_path, capsys):
     assert [(r["script"], r["env_id"], r["seed"]) for r in runs] == [
         (f"cleanrl/{s}", e, seed) for s in ("ppo.py", "dqn.py") for e in ENVS for seed in (1, 2, 3)
     ]
-    definition = boto(aws, "batch").describe_job_definitions(jobDefinitionName="cleanrl-single")["jobDefinitions"][0]
+    # the revision submit registered: cleanrl:latest by the digest it had then (ECR's), so the same image for all
+    definition = max(boto(aws, "batch").describe_job_definitions(jobDefinitionName="cleanrl-single")["jobDefinitions"],
+                     key=lambda d: d["revision"])
+    assert "@sha256:" in definition["containerProperties"]["image"]
     for i, run in enumerate(runs):
         (job,) = run["jobs"]
         parent = parents[i // 3]
@@ -354,7 +359,7 @@ def test_status_pages_describe_jobs_and_resubmit_keeps_no_secret(aws, tmp_path, 
     monkeypatch.delenv("WANDB_API_KEY")
     submitted = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
     with pytest.raises(SystemExit, match="^error: --track needs the W&B key: set WANDB_API_KEY in your environment, "
-                                         "or give the job definition cleanrl-single:1 a WANDB_API_KEY secret"):
+                                         "or give the job definition cleanrl-single:2 a WANDB_API_KEY secret"):
         cli("resubmit", "wide", "--failed")
     assert submitted == []
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
