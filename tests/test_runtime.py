@@ -423,7 +423,7 @@ def test_any_file_that_is_no_checkpoint_of_the_script_fails_in_one_line(workdir,
 def test_a_checkpoint_whose_entries_do_not_fit_fails_in_one_line(workdir):
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
     args = type("Args", (), {"save_model": False, "exp_name": "x", "progress": False, "progress_interval": 1.0,
-                             "torch_threads": 1})()
+                             "torch_threads": 1, "max_runtime": 0.0})()
 
     def restore(checkpoint):
         run = runtime.Run(args, "ppo.py", "r", ".", None, torch.device("cpu"), checkpoint | {"loaded_from": "x.pt"},
@@ -557,7 +557,7 @@ def test_thread_guard_leaves_out_its_own_busy_time_and_gives_up_threads_when_oth
 def test_progress_shows_the_rate_since_start_before_the_sps_clock_starts(capsys, monkeypatch):
     # off-policy scripts start their SPS clock when learning starts; the steps before it still show a speed, not 0
     args = type("Args", (), {"save_model": False, "exp_name": "x", "progress": True, "progress_interval": 0.0,
-                             "torch_threads": 1, "checkpoint_frequency": 0})()
+                             "torch_threads": 1, "checkpoint_frequency": 0, "max_runtime": 0.0})()
     now = [1000.0]
     monkeypatch.setattr(runtime.time, "time", lambda: now[0])
     run = runtime.Run(args, "dqn.py", "r", ".", None, torch.device("cpu"), None, 10, 100, 0)
@@ -583,6 +583,7 @@ def test_a_resumed_run_shows_the_returns_it_showed_when_stopped(workdir):
         progress_interval: float = 30.0
         torch_threads: int = 1
         checkpoint_frequency: int = 0
+        max_runtime: float = 0.0
 
     stopped = runtime.Run(Args(), "ppo.py", "r", str(workdir), None, torch.device("cpu"), None, 10, 100, 0)
     for episodic_return in (1.0, 2.0, 6.0):
