@@ -529,7 +529,8 @@ def test_durable_bad_input_fails_in_one_line(tmp_path):
 
 
 def assert_tls_only(s3, bucket: str) -> None:
-    """The bucket's policy denies every request made without TLS (moto stores the policy but does not enforce it)."""
+    """The bucket's policy denies every request made without TLS (moto 5.2.6 enforces it on objects too, so a test that
+    reads or writes objects over moto's plain-HTTP endpoint lifts the policy around that and puts it back)."""
     (statement,) = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])["Statement"]
     assert statement["Effect"] == "Deny" and statement["Action"] in ("s3:*", ["s3:*"])
     assert statement["Principal"] in ("*", {"AWS": "*"})
