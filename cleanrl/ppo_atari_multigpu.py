@@ -379,7 +379,7 @@ if __name__ == "__main__":
         # The checkpoint holds every rank's generators and env states; each rank takes back its own. On another
         # number of ranks (torchrun's elastic restart, a resume on more or fewer GPUs) the global batch stays: the
         # --num-envs envs are split anew; the model, optimizer, schedule and step count are every rank's alike.
-        # Each rank's random streams then start anew (seed + global step) and the games in progress restart.
+        # Each rank's random streams then start anew (seed + rank + global step) and the games in progress restart.
         saved_ranks = len(checkpoint["rng"])
         if saved_ranks == world_size:
             checkpoint = checkpoint | {"rng": checkpoint["rng"][rank], "envs": checkpoint["envs"][rank]}
@@ -387,7 +387,8 @@ if __name__ == "__main__":
             if rank == 0:
                 messages.say(f"note: the checkpoint's world size was {saved_ranks}, this resume's is {world_size}: "
                              f"{envs_per_rank} of the {args.num_envs} envs a rank, new random streams, new games")
-            checkpoint = checkpoint | {"rng": None, "envs": None}
+            runtime.seed_everything(args.seed + rank + checkpoint["global_step"], args.torch_deterministic)
+            checkpoint = checkpoint | {"rng": checkpoints.rng_state(), "envs": None}
     # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs * args.num_steps, rank, local_rank)
     device, writer = run.device, run.writer

@@ -215,10 +215,8 @@ def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_itera
     where its checkpoint is), W&B, seeds, device. Only rank 0 creates a directory (the name of another torchrun rank's
     run is never written); a fresh directory that cannot be set up is removed again."""
     writer = None
-    # the entries only the script knows how to check: a multi-GPU rank's own generators (None: the checkpoint has none
-    # for this rank, ppo_atari_multigpu.py on another number of ranks)
-    if checkpoint is not None:
-        problem = rng_state_problem(checkpoint["rng"]) if checkpoint["rng"] is not None else None
+    if checkpoint is not None:  # the entries only the script knows how to check (a multi-GPU rank's own generators)
+        problem = rng_state_problem(checkpoint["rng"])
         if checkpoint["iteration"] > num_iterations:
             problem = f"it says iteration {checkpoint['iteration']}, past this run's last ({num_iterations})"
         if problem:
@@ -420,8 +418,7 @@ class Run:
     def restore(self, envs, state: dict, seed: Optional[int]) -> tuple[np.ndarray, int, int]:
         """(first obs, first iteration, global step). A fresh run resets envs with `seed` (None: seeded when built).
         A resumed run (checkpoints fall between iterations) loads every object in `state`, the envs' state if saved
-        (else episodes restart with unused seeds: seed + global step) and, last, the global RNGs (where the
-        checkpoint has none for this process, they start anew from seed + global step)."""
+        (else episodes restart with unused seeds: seed + global step) and, last, the global RNGs."""
         self.envs, self.state = envs, state
         state_now, why = env_state(envs)
         if self.args.save_model and self.rank == 0 and state_now is None:
@@ -448,10 +445,7 @@ class Run:
             if self.args.init_from is not None:
                 self.init_weights(self.args.init_from)
             return obs, 1, 0
-        if checkpoint["rng"] is None:  # (ppo_atari_multigpu.py on another number of ranks) new streams
-            seed_everything(seed + step, self.args.torch_deterministic)
-        else:
-            set_rng_state(checkpoint["rng"])
+        set_rng_state(checkpoint["rng"])
         return obs, checkpoint["iteration"] + 1, step
 
     def init_weights(self, path: str) -> None:
