@@ -457,8 +457,8 @@ class OnDevice(gym.vector.VectorWrapper):
         self.last = envs.start, terminated, truncated, info
         obs = self.staging.to_device(f"obs{envs.start}", obs, self.obs_dtype)
         if not speed.gpu_path(self.device):  # the arrays as tensors, no copy (the bool flags' memory is shared)
-            return obs, torch.as_tensor(reward, dtype=torch.float32), torch.from_numpy(terminated), \
-                torch.from_numpy(truncated), info
+            return obs, torch.as_tensor(reward, dtype=torch.float32), torch.as_tensor(terminated, dtype=torch.bool), \
+                torch.as_tensor(truncated, dtype=torch.bool), info
         flags = self.staging.to_device(f"flags{envs.start}", np.stack([reward, terminated, truncated]), torch.float32)
         return obs, flags[0], flags[1].bool(), flags[2].bool(), info
 
