@@ -1745,14 +1745,7 @@ def test_terraform_init_validate_apply_and_second_plan(tf_background, moto):
         }, queue.get("jobQueueName")
 
     # the runs bucket: encrypted, versioned, not public, old versions expire; the job role reaches runs/* only
-    s3 = boto(moto, "s3")
-    rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
-    assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
-    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
-    assert set(s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"].values()) == {True}
-    (lifecycle,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
-    assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
-    assert_tls_only(s3, bucket)
+    assert_bucket_settings(boto(moto, "s3"), bucket)
     iam = boto(moto, "iam")
     # AWS Batch acts through its service-linked role (compute environment updates in place), not a role of ours
     for env in envs.values():
@@ -1866,8 +1859,8 @@ BUCKET_RESOURCES = [f"{kind}.runs" for kind in (
     "aws_s3_bucket_public_access_block", "aws_s3_bucket_policy", "aws_s3_bucket_lifecycle_configuration")]
 
 
-def assert_bucket_intact(moto, bucket: str) -> None:
-    s3 = boto(moto, "s3")
+def assert_bucket_settings(s3, bucket: str) -> None:
+    """The runs bucket as terraform sets it up: encrypted, versioned, not public, old versions expire, TLS only."""
     rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
     assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
     assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
@@ -1875,6 +1868,11 @@ def assert_bucket_intact(moto, bucket: str) -> None:
     (lifecycle,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     assert lifecycle["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7
     assert_tls_only(s3, bucket)
+
+
+def assert_bucket_intact(moto, bucket: str) -> None:
+    s3 = boto(moto, "s3")
+    assert_bucket_settings(s3, bucket)
     with over_plain_http(s3, bucket):
         assert s3.get_object(Bucket=bucket, Key=RUN_KEY)["Body"].read() == b"a week of training"
 
