@@ -201,6 +201,13 @@ def test_the_envs_on_the_device_hand_over_a_truncated_episodes_final_observation
         assert truncated_envs.tolist() == [0, 1]
         assert torch.equal(final_obs, torch.as_tensor(np.stack(info["final_obs"]), dtype=torch.float32))
         assert not torch.equal(final_obs, next_obs), "the final observations are not the next episodes' first"
+    # rollout() over a vector env without groups: one synchronous step of all the envs, act then store, at each step
+    envs.reset(seed=0)
+    calls = []
+    envs.rollout(3, lambda step, part: calls.append(("act", step, part)) or torch.zeros(2, dtype=torch.long),
+                 lambda step, part, *stepped: calls.append(("store", step, part, stepped[3].tolist())))
+    assert calls == [call for t in range(3) for call in (("act", t, slice(0, 2)),
+                                                         ("store", t, slice(0, 2), [t == 2] * 2))]
     envs.close()
 
 
