@@ -4,7 +4,7 @@ thread count and stepping mode, alone and with a policy acting, so `--num-envs`,
 `--pipeline-envs` can be chosen from numbers rather than guesses.
 
 Backends. Atari ids (`<Game>NoFrameskip-v4`, `ALE/<Game>-v5`):
-    ale-vector  environments.make_atari_envs, the env layer the Atari scripts step (ale-py's threaded AtariVectorEnv
+    ale-vector  atari_envs.make_atari_envs, the env layer the Atari scripts step (ale-py's threaded AtariVectorEnv
                 per group, under our game statistics wrapper and the EnvGroups pipeline)
     raw         ale-py's bare AtariVectorEnv with the same settings and the same thread split: the ceiling
     envpool     envpool's Atari (`make_gymnasium("Breakout-v5", ...)`, the same preprocessing and emulator
@@ -33,7 +33,8 @@ Run:
     python benchmark/envs.py --env-id BreakoutNoFrameskip-v4 --num-envs 8 16 --threads 1 2 --seconds 3 --rounds 2
     python benchmark/envs.py --env-id CartPole-v1 --out envs.json
 
-A tool, not an algorithm script: it never imports the scripts, only their companion module cleanrl/environments.py.
+A tool, not an algorithm script: it never imports the scripts, only their companion modules cleanrl/environments.py and
+cleanrl/atari_envs.py.
 """
 
 import json
@@ -56,7 +57,8 @@ from torch.distributions import Categorical
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "cleanrl"))
-import environments  # noqa: E402  (the scripts' companion module, not a script)
+import atari_envs  # noqa: E402  (the scripts' companion modules, not scripts)
+import environments  # noqa: E402
 import speed  # noqa: E402  (the scripts' companion module for threads)
 from messages import fail  # noqa: E402
 
@@ -103,7 +105,7 @@ class Args:
 
 
 class Halves:
-    """An env of fixed groups that step on their own (environments.EnvGroups): its halves in turn, as the Atari
+    """An env of fixed groups that step on their own (atari_envs.EnvGroups): its halves in turn, as the Atari
     scripts' pipelined rollout steps them; with one group, the synchronous rollout (send, then recv)."""
 
     def __init__(self, envs, seed: int):
@@ -129,9 +131,9 @@ class Halves:
 def raw_groups(env_id: str, num_envs: int, groups: int, threads: int):
     """ale-py's bare AtariVectorEnv, one per group, in EnvGroups (its send/recv/halves): the ceiling for ale-vector,
     built as make_atari_envs builds its groups (sizes, thread split, settings) but without its wrappers."""
-    settings = environments.atari_emulator_settings(env_id)
-    sizes = environments.group_sizes(num_envs, groups)
-    return environments.EnvGroups([environments.ale_vector_env(settings, size, threads // len(sizes))
+    settings = atari_envs.atari_emulator_settings(env_id)
+    sizes = atari_envs.group_sizes(num_envs, groups)
+    return atari_envs.EnvGroups([atari_envs.ale_vector_env(settings, size, threads // len(sizes))
                                    for size in sizes])
 
 
@@ -189,12 +191,12 @@ def build(cell: dict, env_id: str, kind: str, settings: Optional[dict], seed: in
     backend, num_envs, threads, pipelined = cell["backend"], cell["num_envs"], cell["threads"], cell["mode"] != "sync"
     groups = 2 if pipelined else 1
     if backend == "ale-vector":
-        envs = environments.make_atari_envs(env_id, num_envs, "ale-vector", groups=groups, threads=threads)
+        envs = atari_envs.make_atari_envs(env_id, num_envs, "ale-vector", groups=groups, threads=threads)
         return Halves(envs, seed)
     if backend == "raw":
         return Halves(raw_groups(env_id, num_envs, groups, threads), seed)
     if backend == "gymnasium" and kind == "atari":
-        return Halves(environments.make_atari_envs(env_id, num_envs, "gymnasium"), seed)
+        return Halves(atari_envs.make_atari_envs(env_id, num_envs, "gymnasium"), seed)
     if backend == "gymnasium":
         return SyncSteps(environments.make_envs(env_id, num_envs, False, ""), seed)
     import envpool
@@ -299,7 +301,7 @@ def env_kind(env_id: str) -> tuple[str, Optional[dict]]:
     except gym.error.Error as e:
         fail(f"cannot make environment {env_id!r}: {e}")
     if spec.entry_point == "ale_py.env:AtariEnv":
-        return "atari", environments.atari_emulator_settings(env_id)  # refuses the ids the Atari scripts refuse
+        return "atari", atari_envs.atari_emulator_settings(env_id)  # refuses the ids the Atari scripts refuse
     env = environments.probe_env(env_id, gym.spaces.Discrete)
     if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
         fail(f"{env_id} has observation space {env.observation_space}; envs.py measures flat Box observations only")
@@ -338,7 +340,7 @@ def plan(args: Args) -> tuple[str, Optional[dict], list[dict], list[str], int]:
     if args.out is not None and not Path(args.out).resolve().parent.is_dir():
         fail(f"--out {args.out}: its folder does not exist")
 
-    auto, why = environments.env_worker_threads(0)  # what the scripts' default, --env-threads 0, takes now
+    auto, why = atari_envs.env_worker_threads(0)  # what the scripts' default, --env-threads 0, takes now
     notes, cells = [], []
     if 0 in threads:
         notes.append(f"threads 0: {auto} ({why}), as --env-threads 0 would choose now")

@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.optim as optim
 
 import environments
+import evaluation
 import replay_memory
 import runtime
 import speed
@@ -172,7 +173,7 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
         greedy = lambda: q_network(x)[1].argmax(dim=1).cpu().numpy()  # noqa: E731
         return epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng)
 
-    return environments.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device)
+    return evaluation.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device)
 
 
 def make_q_network(env_id: str, atoms: torch.Tensor) -> QNetwork:

@@ -24,7 +24,8 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 
-import environments
+import atari_envs
+import evaluation
 import replay_memory
 import runtime
 import speed
@@ -191,7 +192,7 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
     in Breakout), which would make a game last until the frame limit. With --eval-only, --env-backend,
     --eval-max-frames, --seed and --capture-video come from the command line; videos go to videos/{name}-eval.
     """
-    envs = environments.make_atari_envs(
+    envs = atari_envs.make_atari_envs(
         args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
     )
     rng = np.random.default_rng(args.seed + 10_000)
@@ -200,14 +201,14 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
         greedy = lambda: q_network(x)[1].argmax(dim=1).cpu().numpy()  # noqa: E731
         return epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng)
 
-    return environments.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device, dtype=None)
+    return evaluation.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device, dtype=None)
 
 
 def make_q_network(args: Args, atoms: torch.Tensor) -> QNetwork:
     """An untrained Q-network for args.env_id (--eval-only loads the saved weights into it), on the support saved
     with the model (the atoms are a buffer of the network), so it fits whatever --n-atoms the run had."""
-    environments.check_atari(args.env_id, args.env_backend)
-    probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
+    atari_envs.check_atari(args.env_id, args.env_backend)
+    probe = atari_envs.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
     return QNetwork(n_actions, atoms)
@@ -220,7 +221,7 @@ if __name__ == "__main__":
     check_off_policy_args(args)
     if not args.v_min < args.v_max:
         fail(f"the support needs --v-min below --v-max, got {args.v_min} and {args.v_max}")
-    environments.check_atari(args.env_id, args.env_backend)
+    atari_envs.check_atari(args.env_id, args.env_backend)
     replay_memory.FrameReplayBuffer.check_fits(args.buffer_size, args.num_envs)
     num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
@@ -228,8 +229,8 @@ if __name__ == "__main__":
 
     # env setup: sign-clipped rewards, a lost life terminates (nothing bootstraps across it), whole-game scores
     # the envs step together: the replay memory takes every env's transition of a step at once
-    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
-                                        **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads,
+    envs = atari_envs.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
+                                        **atari_envs.atari_engine(args.num_envs, args.env_backend, args.env_threads,
                                                                     "off", device))
     n_actions = int(envs.single_action_space.n)
     atoms = torch.linspace(args.v_min, args.v_max, steps=args.n_atoms)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 import environments
+import evaluation
 import replay_memory
 import runtime
 import speed
@@ -140,7 +141,7 @@ def exploration_actions(
 def evaluate(actor: nn.Module, args, run_name: str, device: torch.device) -> list[float]:
     """Run the deterministic policy (no exploration noise) for args.eval_episodes full episodes."""
     envs = environments.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
-    return environments.evaluate_episodes(envs, actor.deterministic_action,
+    return evaluation.evaluate_episodes(envs, actor.deterministic_action,
                                           args.eval_episodes, args.seed + 10_000, device)
 
 

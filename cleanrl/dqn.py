@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 import environments
+import evaluation
 import replay_memory
 import runtime
 import speed
@@ -135,7 +136,7 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
         greedy = lambda: q_network(x).argmax(dim=1).cpu().numpy()  # noqa: E731
         return epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng)
 
-    return environments.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device)
+    return evaluation.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device)
 
 
 def make_q_network(env_id: str) -> QNetwork:

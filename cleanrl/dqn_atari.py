@@ -24,7 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 
-import environments
+import atari_envs
+import evaluation
 import replay_memory
 import runtime
 import speed
@@ -156,7 +157,7 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
     in Breakout), which would make a game last until the frame limit. With --eval-only, --env-backend,
     --eval-max-frames, --seed and --capture-video come from the command line; videos go to videos/{name}-eval.
     """
-    envs = environments.make_atari_envs(
+    envs = atari_envs.make_atari_envs(
         args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
     )
     rng = np.random.default_rng(args.seed + 10_000)
@@ -165,13 +166,13 @@ def evaluate(q_network: QNetwork, args: Args, run_name: str, device: torch.devic
         greedy = lambda: q_network(x).argmax(dim=1).cpu().numpy()  # noqa: E731
         return epsilon_greedy(greedy, 1, envs.single_action_space.n, epsilon, rng)
 
-    return environments.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device, dtype=None)
+    return evaluation.evaluate_episodes(envs, act, args.eval_episodes, args.seed + 10_000, device, dtype=None)
 
 
 def make_q_network(args: Args) -> QNetwork:
     """An untrained Q-network for args.env_id (--eval-only loads the saved weights into it)."""
-    environments.check_atari(args.env_id, args.env_backend)
-    probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
+    atari_envs.check_atari(args.env_id, args.env_backend)
+    probe = atari_envs.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
     return QNetwork(n_actions)
@@ -182,7 +183,7 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         runtime.eval_only(args, "q_network", lambda _: make_q_network(args), evaluate)
     check_off_policy_args(args)
-    environments.check_atari(args.env_id, args.env_backend)
+    atari_envs.check_atari(args.env_id, args.env_backend)
     replay_memory.FrameReplayBuffer.check_fits(args.buffer_size, args.num_envs)
     num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
@@ -190,8 +191,8 @@ if __name__ == "__main__":
 
     # env setup: sign-clipped rewards, a lost life terminates (nothing bootstraps across it), whole-game scores
     # the envs step together: the replay memory takes every env's transition of a step at once
-    envs = environments.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
-                                        **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads,
+    envs = atari_envs.make_atari_envs(args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
+                                        **atari_envs.atari_engine(args.num_envs, args.env_backend, args.env_threads,
                                                                     "off", device))
     n_actions = int(envs.single_action_space.n)
     q_network = QNetwork(n_actions).to(device)

@@ -24,8 +24,11 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
+import atari_envs
 import environments
+import evaluation
 import messages
+import procgen_envs
 import runtime
 import speed
 from flags import (
@@ -127,7 +130,7 @@ def derive_sizes(args: Args) -> tuple[int, int, int, int]:
 
 def procgen_id(args: Args) -> str:
     """The envpool id that --env-id and --distribution-mode name (starpilot, easy: StarpilotEasy-v0)."""
-    return environments.resolve_env_id(args.env_id, args.distribution_mode, environments.load_envpool().list_all_envs())
+    return procgen_envs.resolve_env_id(args.env_id, args.distribution_mode, procgen_envs.load_envpool().list_all_envs())
 
 
 def layer_init_normed(layer: nn.Module, scale: float = 1.0) -> nn.Module:
@@ -337,8 +340,8 @@ def aux_losses(logits: torch.Tensor, aux_values: torch.Tensor, values: torch.Ten
 def evaluate(policy: PolicyNetwork, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Run the stochastic policy for args.eval_episodes full episodes on a fresh environment (new levels).
     Sampling, not argmax: Procgen policies trained with an entropy bonus can stall under a greedy policy."""
-    envs = environments.make_procgen_envs(procgen_id(args), 1, args.seed + 10_000)
-    return environments.evaluate_episodes(envs, lambda x: Categorical(logits=policy(x)[0]).sample(), args.eval_episodes,
+    envs = procgen_envs.make_procgen_envs(procgen_id(args), 1, args.seed + 10_000)
+    return evaluation.evaluate_episodes(envs, lambda x: Categorical(logits=policy(x)[0]).sample(), args.eval_episodes,
                                           None, device, dtype=None)
 
 
@@ -347,7 +350,7 @@ def make_policy(args: Args, saved: dict) -> PolicyNetwork:
     --distribution-mode; args.env_id becomes the envpool id, so the eval line names the distribution it ran on."""
     args.distribution_mode = saved["args"]["distribution_mode"] if "args" in saved else args.distribution_mode
     args.env_id = procgen_id(args)
-    probe = environments.make_procgen_envs(args.env_id, 1, args.seed)
+    probe = procgen_envs.make_procgen_envs(args.env_id, 1, args.seed)
     policy = PolicyNetwork(probe.single_observation_space.shape, int(probe.single_action_space.n))
     probe.close()
     return policy
@@ -382,17 +385,17 @@ if __name__ == "__main__":
 
     # env setup. envpool's state cannot be saved: a resumed run builds its environments with the seed
     # seed + global_step (seeds not used before), so the episodes in progress at the checkpoint are dropped.
-    threads, why = environments.env_worker_threads(args.env_threads)
+    threads, why = atari_envs.env_worker_threads(args.env_threads)
     messages.say(f"environments: {args.num_envs} stepped together; {threads} envpool threads ({why}); "
                  f"{torch.get_num_threads()} torch CPU threads")
     # a resumed run counts its episodes from 0 again: its own file names keep it from overwriting earlier videos
     video_prefix = "rl-video" if checkpoint is None else f"rl-video-resumed-at-{run.global_step}"
-    video = environments.VideoRecorder(f"videos/{run.name}", video_prefix) if args.capture_video else None
-    reward_normalizer = environments.RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
+    video = evaluation.VideoRecorder(f"videos/{run.name}", video_prefix) if args.capture_video else None
+    reward_normalizer = procgen_envs.RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
     # the rewards the update learns from are normalized (on the host); the envs take the actions as a tensor and
     # return tensors on the device (environments.OnDevice)
-    envs = environments.make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step, threads)
-    envs = environments.OnDevice(environments.HostSteps(envs, reward_normalizer, video), device)
+    envs = procgen_envs.make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step, threads)
+    envs = environments.OnDevice(procgen_envs.HostSteps(envs, reward_normalizer, video), device)
     obs_shape = envs.single_observation_space.shape
     n_actions = int(envs.single_action_space.n)
 
@@ -615,7 +618,7 @@ if __name__ == "__main__":
             run.log_episodes(infos, global_step)  # charts/episodic_return and charts/episodic_length
 
         # advantages: every episode end counts as terminal (Procgen's time limit leaves no final obs to bootstrap
-        # from, see environments.make_procgen_envs), so terminations = dones. The reset step that follows an end gets
+        # from, see procgen_envs.make_procgen_envs), so terminations = dones. The reset step that follows an end gets
         # a (meaningless) advantage of its own, but dones[t] cuts the recursion before it can leak into the finished
         # episode, and `valid` keeps it out of every loss.
         with torch.no_grad():

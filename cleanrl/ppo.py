@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.optim as optim
 
 import environments
+import evaluation
 import runtime
 import speed
 from flags import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat, whole_iterations, with_run_flags
@@ -192,7 +193,7 @@ def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Te
 def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> list[float]:
     """Run the greedy policy for args.eval_episodes full episodes on fresh environments."""
     envs = environments.make_envs(args.env_id, 1, args.capture_video, f"{run_name}-eval")
-    return environments.evaluate_episodes(envs, agent.act_greedy, args.eval_episodes, args.seed + 10_000, device)
+    return evaluation.evaluate_episodes(envs, agent.act_greedy, args.eval_episodes, args.seed + 10_000, device)
 
 
 def make_agent(env_id: str) -> Agent:

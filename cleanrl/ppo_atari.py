@@ -8,7 +8,7 @@ https://iclr-blog-track.github.io/2022/03/25/ppo-implementation-details/.
 
 Environments come from ale-py's native C++ vector env (default, `--env-backend ale-vector`) or from
 gymnasium wrappers over `gym.make` (`--env-backend gymnasium`); both give the same preprocessing (see
-`environments.make_atari_envs`). Learning uses sign-clipped rewards and ends an episode at every lost life, while
+`atari_envs.make_atari_envs`). Learning uses sign-clipped rewards and ends an episode at every lost life, while
 charts/episodic_return is the real game score of a whole game (all lives).
 
 Run:
@@ -28,7 +28,9 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
+import atari_envs
 import environments
+import evaluation
 import runtime
 import speed
 from flags import (
@@ -221,10 +223,10 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
     Sampling, not argmax: a greedy Atari policy can get stuck (e.g. never pressing FIRE after a lost life in
     Breakout), which makes a game last until the frame limit.
     """
-    envs = environments.make_atari_envs(
+    envs = atari_envs.make_atari_envs(
         args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval", max_frames=args.eval_max_frames
     )
-    return environments.evaluate_episodes(envs, lambda x: agent.get_action_and_value(x)[0],
+    return evaluation.evaluate_episodes(envs, lambda x: agent.get_action_and_value(x)[0],
                                           args.eval_episodes, args.seed + 10_000, device, dtype=None)
 
 
@@ -232,8 +234,8 @@ def make_agent(args: Args) -> Agent:
     """An untrained agent for args.env_id (--eval-only loads the saved weights into it). A checkpoint brings its
     own env id, a bare .cleanrl_model is evaluated on --env-id; --env-backend, --eval-max-frames, --seed and
     --capture-video come from the command line."""
-    environments.check_atari(args.env_id, args.env_backend)
-    probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
+    atari_envs.check_atari(args.env_id, args.env_backend)
+    probe = atari_envs.make_atari_envs(args.env_id, 1, args.env_backend)
     agent = Agent(int(probe.single_action_space.n))
     probe.close()
     return agent
@@ -255,7 +257,7 @@ if __name__ == "__main__":
     if args.eval_only is not None:
         runtime.eval_only(args, "agent", lambda _: make_agent(args), evaluate)
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    environments.check_atari(args.env_id, args.env_backend)
+    atari_envs.check_atari(args.env_id, args.env_backend)
     # the rollout storage's memory, from its shapes and dtypes (tensors on the meta device take none)
     speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", speed.nbytes(rollout_storage(
         args.num_steps, args.num_envs, "meta")), "a rollout storage", cuda=args.cuda)
@@ -266,9 +268,9 @@ if __name__ == "__main__":
     torch.backends.cuda.matmul.allow_tf32 = True
 
     # env setup: the envs take the actions as a tensor and return tensors on the device (environments.OnDevice)
-    envs = environments.OnDevice(environments.make_atari_envs(
+    envs = environments.OnDevice(atari_envs.make_atari_envs(
         args.env_id, args.num_envs, args.env_backend, args.capture_video, run.name,
-        **environments.atari_engine(args.num_envs, args.env_backend, args.env_threads, args.pipeline_envs, device)),
+        **atari_envs.atari_engine(args.num_envs, args.env_backend, args.env_threads, args.pipeline_envs, device)),
         device)
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)

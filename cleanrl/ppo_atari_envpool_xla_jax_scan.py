@@ -24,7 +24,8 @@ from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 
-import environments
+import atari_envs
+import evaluation
 import runtime
 import speed
 from checkpoints import PytreeState
@@ -236,7 +237,7 @@ def evaluate(params, args: Args, run_name: str) -> list[float]:
     """Real game scores of args.eval_episodes whole games on a fresh env, actions sampled from the policy (a greedy
     Atari policy can get stuck, e.g. never pressing FIRE after a lost life in Breakout). With --capture-video the
     evaluation's games are recorded (the training rollout runs inside XLA, where no frame reaches the host)."""
-    envs = environments.make_envpool_atari(args.env_id, 1, args.seed + 10_000, 1, args.eval_max_frames,
+    envs = atari_envs.make_envpool_atari(args.env_id, 1, args.seed + 10_000, 1, args.eval_max_frames,
                                            render=args.capture_video)
     agent = Agent(envs.single_action_space.n)
     act = jax.jit(lambda params, obs, key: sample_action(agent.apply(params, obs)[0], key)[0])
@@ -251,7 +252,7 @@ def evaluate(params, args: Args, run_name: str) -> list[float]:
         game_return += float(info["reward"][0])
         if info["terminated"][0] or truncated[0]:
             if args.capture_video:
-                environments.save_frames(frames, f"videos/{run_name}-eval", len(returns))
+                evaluation.save_frames(frames, f"videos/{run_name}-eval", len(returns))
             returns.append(game_return)
             game_return, frames = 0.0, []
     envs.close()
@@ -260,7 +261,7 @@ def evaluate(params, args: Args, run_name: str) -> list[float]:
 
 def make_agent(args: Args) -> tuple[Agent, PytreeState]:
     """An untrained agent for args.env_id and its parameters (--eval-only loads the saved ones into them)."""
-    probe = environments.make_envpool_atari(args.env_id, 1, args.seed)
+    probe = atari_envs.make_envpool_atari(args.env_id, 1, args.seed)
     agent = Agent(probe.single_action_space.n)
     probe.close()
     return agent, PytreeState(agent.init(jax.random.PRNGKey(0), jnp.zeros((1, 4, 84, 84), jnp.uint8)))
@@ -274,7 +275,7 @@ if __name__ == "__main__":
         runtime.eval_only(args, "agent", lambda _: make_agent(args)[1],
                           lambda params, args, name, _: evaluate(params.tree, args, name))
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
-    environments.envpool_atari_id(args.env_id)
+    atari_envs.envpool_atari_id(args.env_id)
     scan = args.loops == "scan" or args.loops == "auto" and jax.default_backend() != "cpu"
     # the storage below, per step of each env: a uint8 4x84x84 observation, an int32 action, 7 float32 and 2 bools,
     # the advantages and returns, a minibatch index (twice: the update's shuffled copy)
@@ -286,10 +287,10 @@ if __name__ == "__main__":
 
     # env setup. envpool's state cannot be saved: a resumed run builds its environments with the seed moved on by
     # the global step, so that its new games are not the ones already played.
-    threads, why = environments.env_worker_threads(args.env_threads)
+    threads, why = atari_envs.env_worker_threads(args.env_threads)
     say(f"environments: {args.num_envs} envpool Atari games, {threads} threads ({why}); JAX on "
         f"{jax.default_backend()}, {'lax.scan' if scan else 'Python'} loops (--loops {args.loops})")
-    envs = environments.make_envpool_atari(args.env_id, args.num_envs, args.seed + run.global_step, threads)
+    envs = atari_envs.make_envpool_atari(args.env_id, args.num_envs, args.seed + run.global_step, threads)
     agent = Agent(envs.single_action_space.n)
     key = jax.random.PRNGKey(args.seed)
     key, init_key = jax.random.split(key)

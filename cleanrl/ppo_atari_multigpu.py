@@ -29,8 +29,10 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
+import atari_envs
 import checkpoints
 import environments
+import evaluation
 import messages
 import runtime
 import speed
@@ -309,16 +311,16 @@ def evaluate(agent: Agent, args: Args, run_name: str, device: torch.device) -> l
     Breakout), which makes a game last until the frame limit. With --eval-only, --env-backend,
     --eval-max-frames, --seed and --capture-video come from the command line; videos go to videos/{name}-eval.
     """
-    envs = environments.make_atari_envs(args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval",
+    envs = atari_envs.make_atari_envs(args.env_id, 1, args.env_backend, args.capture_video, f"{run_name}-eval",
                                    max_frames=args.eval_max_frames)
-    return environments.evaluate_episodes(envs, lambda x: agent.get_action_and_value(x)[0],
+    return evaluation.evaluate_episodes(envs, lambda x: agent.get_action_and_value(x)[0],
                                           args.eval_episodes, args.seed + 10_000, device, dtype=None)
 
 
 def make_agent(args: Args) -> Agent:
     """An untrained agent for args.env_id (--eval-only loads the saved weights into it)."""
-    environments.check_atari(args.env_id, args.env_backend)
-    probe = environments.make_atari_envs(args.env_id, 1, args.env_backend)
+    atari_envs.check_atari(args.env_id, args.env_backend)
+    probe = atari_envs.make_atari_envs(args.env_id, 1, args.env_backend)
     n_actions = int(probe.single_action_space.n)
     probe.close()
     return Agent(n_actions)
@@ -357,7 +359,7 @@ if __name__ == "__main__":
     # checkpoint's, known once rank 0 has read it: they are checked below, on every rank alike.
     if args.resume is None:
         derive_sizes(args, world_size)
-        environments.check_atari(args.env_id, args.env_backend)
+        atari_envs.check_atari(args.env_id, args.env_backend)
     if args.cuda and torch.cuda.is_available() and local_rank >= torch.cuda.device_count():
         fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
     # one GPU per process, chosen by LOCAL_RANK and made current (else NCCL would use GPU 0 in every process)
@@ -371,7 +373,7 @@ if __name__ == "__main__":
         # Only rank 0 reads runs/ (on a multi-node job only node 0 has it) and sends the flags and checkpoint to all.
         args, checkpoint = runtime.broadcast_resume(Args, args, rank)
     envs_per_rank, local_batch_size, local_minibatch_size, num_iterations = derive_sizes(args, world_size)
-    environments.check_atari(args.env_id, args.env_backend)
+    atari_envs.check_atari(args.env_id, args.env_backend)
     # this rank's rollout storage's memory, from its shapes and dtypes (tensors on the meta device take none)
     speed.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank", speed.nbytes(rollout_storage(
         args.num_steps, envs_per_rank, "meta")), "a rollout storage", cuda=args.cuda)
@@ -402,9 +404,9 @@ if __name__ == "__main__":
 
     # env setup: this rank's share of the environments (only rank 0 records video); they take the actions as a
     # tensor and return tensors on the device (environments.OnDevice)
-    envs = environments.OnDevice(environments.make_atari_envs(
+    envs = environments.OnDevice(atari_envs.make_atari_envs(
         args.env_id, envs_per_rank, args.env_backend, args.capture_video and rank == 0, run.name,
-        **environments.atari_engine(envs_per_rank, args.env_backend, args.env_threads, args.pipeline_envs, device,
+        **atari_envs.atari_engine(envs_per_rank, args.env_backend, args.env_threads, args.pipeline_envs, device,
                                     rank == 0)), device)
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84) uint8
     agent = Agent(int(envs.single_action_space.n)).to(device)
@@ -485,7 +487,7 @@ if __name__ == "__main__":
 
         def store(step: int, half: slice, half_next_obs, reward, term, trunc, infos) -> None:
             next_obs[half] = half_next_obs
-            # rewards are sign-clipped and a lost life terminates (environments.AtariGameStatistics); the game goes on
+            # rewards are sign-clipped and a lost life terminates (atari_envs.AtariGameStatistics); the game goes on
             rewards[step, half] = reward
             terminations[step, half] = term
             truncations[step, half] = trunc

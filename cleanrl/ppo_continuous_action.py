@@ -29,6 +29,7 @@ import torch.optim as optim
 
 import checkpoints
 import environments
+import evaluation
 import flags
 import messages
 import runtime
@@ -241,7 +242,7 @@ def evaluate(model_path: str, args: Args, run_name: str, device: torch.device) -
     agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(np.prod(envs.single_action_space.shape)))
     agent.load_state_dict(checkpoint["agent"])
     agent.to(device).eval()
-    return environments.evaluate_episodes(envs, agent.act_deterministic, args.eval_episodes, args.seed + 10_000, device)
+    return evaluation.evaluate_episodes(envs, agent.act_deterministic, args.eval_episodes, args.seed + 10_000, device)
 
 
 # Not runtime.eval_only: this policy is its weights plus the frozen observation statistics (obs_rms), which the

@@ -2,7 +2,8 @@
 """The run's lifecycle, which every script in cleanrl/ drives: 1. start-up (the flags parsed and checked, the run
 opened), 2. `Run`, the handle a training loop talks to (restore, log, check, checkpoint, stop, finish), 3. --eval-only.
 Beside it: flags.py (the run flags and flag ranges), checkpoints.py (runs on disk), speed.py (device, threads,
---compile, --cudagraphs), replay_memory.py, environments.py and messages.py."""
+--compile, --cudagraphs), replay_memory.py, the environments (environments.py, atari_envs.py, procgen_envs.py,
+evaluation.py) and messages.py."""
 
 import atexit
 import contextlib

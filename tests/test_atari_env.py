@@ -1,4 +1,4 @@
-"""The Atari envs of cleanrl/environments.py that every Atari script builds: both backends agree, scores are real,
+"""The Atari envs of cleanrl/atari_envs.py that every Atari script builds: both backends agree, scores are real,
 two pipelined halves step each env as one batch does, and the worker threads come from the free cores.
 """
 
@@ -17,8 +17,8 @@ pytest.importorskip("cv2", reason="optional dependency opencv-python (pip instal
 import gymnasium as gym  # noqa: E402
 from ale_py.vector_env import AtariVectorEnv  # noqa: E402
 
-from environments import AtariGameStatistics, atari_emulator_settings
-from environments import OnDevice, concat_infos, make_atari_envs  # noqa: E402
+from atari_envs import AtariGameStatistics, atari_emulator_settings, concat_infos, make_atari_envs
+from environments import OnDevice  # noqa: E402
 
 
 def test_native_and_gymnasium_backends_agree_frame_for_frame():
@@ -314,7 +314,7 @@ def test_the_infos_of_the_halves_join_as_one_vector_envs_info():
 
 
 def test_env_threads_take_the_free_cores_a_share_under_torchrun_or_the_flag(monkeypatch):
-    from environments import env_worker_threads
+    from atari_envs import env_worker_threads
 
     assert env_worker_threads(3) == (3, "--env-threads")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import environments
+import procgen_envs
 from tests.helpers import assert_bad_input_rejected, read_scalars, run_script, script_env, single_run_dir
 from tests.scripts import SCRIPTS, names, needs, script_params
 
@@ -147,7 +148,7 @@ def test_missing_qt_message_names_the_debian_package():
         except ImportError as inner:
             raise ImportError("EnvPool Procgen requires the system Qt 5 runtime on Linux.") from inner
     except ImportError as e:
-        message = environments.procgen_import_problem(e)
+        message = procgen_envs.procgen_import_problem(e)
     assert "libqt5gui5" in message and "libQt5Core.so.5" in message
 
 

@@ -24,7 +24,7 @@ import checkpoints
 from cleanrl.dqn import Args as DQNArgs
 from cleanrl.ppg_procgen import Args as PPGArgs
 from cleanrl.ppg_procgen import AuxBuffer
-from environments import RewardNormalizer
+from procgen_envs import RewardNormalizer
 from cleanrl.ppo import Args as PPOArgs
 from cleanrl.ppo_atari import Args as PPOAtariArgs
 from cleanrl.sac_continuous_action import Args as SACArgs

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from cleanrl.ppg_procgen import AuxBuffer, aux_losses
-from environments import RewardNormalizer
-from environments import resolve_env_id
+from procgen_envs import RewardNormalizer
+from procgen_envs import resolve_env_id
 from tests.helpers import read_scalars, run_script, single_run_dir, values
 from tests.scripts import AUX_LOSSES, PPO_LOSSES, needs
 

@@ -127,11 +127,12 @@ def test_the_evaluation_acts_greedily_and_draws_no_random_number(monkeypatch):
     episode loop picks argmax of the actor's logits and leaves torch's generator where it was (a sample would draw
     from it, and a seeded evaluation would still look repeatable)."""
     import environments
+    import evaluation
     from cleanrl import ppo
 
     handed = {}
     monkeypatch.setattr(environments, "make_envs", lambda *args, **kwargs: None)
-    monkeypatch.setattr(environments, "evaluate_episodes",
+    monkeypatch.setattr(evaluation, "evaluate_episodes",
                         lambda envs, policy, *args, **kwargs: handed.setdefault("policy", policy) and [0.0])
     torch.manual_seed(0)
     agent = ppo.Agent(4, 3)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from environments import make_atari_envs
+from atari_envs import make_atari_envs
 from replay_memory import FrameReplayBuffer, atari_true_next_obs, frame_replay_buffer
 
 CPU = torch.device("cpu")
