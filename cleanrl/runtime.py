@@ -1,7 +1,7 @@
 # docs: docs/contributing.md (the layout of cleanrl/)
 """The run's lifecycle, which every script in cleanrl/ drives: 1. start-up (the flags parsed and checked, the run
-opened), 2. `Run`, the handle a training loop talks to (restore, log, check, checkpoint, stop, finish), 3. --eval-only.
-Beside it: flags.py (the run flags and flag ranges), checkpoints.py (runs on disk), speed.py (device, threads,
+opened), 2. `Run`, the handle a training loop talks to (restore, check, checkpoint, stop, finish; what it logs is its
+other half, run_log.RunLog), 3. --eval-only. Beside it: flags.py (the run flags and flag ranges), checkpoints.py (runs on disk), speed.py (device, threads,
 --compile, --cudagraphs), replay_memory.py, the environments (environments.py, atari_envs.py, procgen_envs.py,
 evaluation.py) and messages.py."""
 
@@ -18,7 +18,6 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
 from dataclasses import asdict
 from typing import Callable, NoReturn, Optional
 
@@ -26,7 +25,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import tyro
-from torch.utils.tensorboard import SummaryWriter
 
 from checkpoints import (
     PytreeState, claim_run_directory, env_state, find_resume_checkpoint, hold_run_directory, load_checkpoint,
@@ -37,7 +35,8 @@ from flags import (
     ALLOWED_ON_RESUME, check_flag_ranges, check_flags_given_once, check_run_flags, resumed_args, saved_args,
     script_name,
 )
-from messages import describe_os_error, fail, first_line, protect_output, say, warn
+from messages import fail, first_line, protect_output, say, warn
+from run_log import LogWriter, Progress, RunLog, quiet_log_threads
 from speed import ThreadGuard, check_speed_args, pick_device
 
 
@@ -170,46 +169,6 @@ def seed_everything(seed: int, torch_deterministic: bool) -> None:
     torch.backends.cudnn.deterministic = torch_deterministic
 
 
-class LogWriter(SummaryWriter):
-    """TensorBoard's SummaryWriter, but a failed write (a full disk, a directory that went away) ends the run in one
-    `error:` line that says why, instead of a traceback from its writer thread and then from the training loop. The
-    events already written stay; the last checkpoint is kept, so the run can be resumed once there is room."""
-
-    def __init__(self, log_dir: str, **kwargs):
-        self.where = log_dir
-        with self.failing():
-            super().__init__(log_dir, **kwargs)
-
-    @contextlib.contextmanager
-    def failing(self):
-        try:
-            yield
-        except OSError as e:
-            fail(f"cannot write the TensorBoard log in {self.where}: {describe_os_error(e)}")
-
-    def add_scalar(self, *args, **kwargs):
-        with self.failing():
-            super().add_scalar(*args, **kwargs)
-
-    def add_text(self, *args, **kwargs):
-        with self.failing():
-            super().add_text(*args, **kwargs)
-
-    def flush(self):
-        with self.failing():
-            super().flush()
-
-    def close(self):
-        with self.failing():
-            super().close()
-
-
-def quiet_log_threads(hook_args) -> None:
-    """threading.excepthook: a TensorBoard writer thread's OSError is reported by LogWriter, in one line."""
-    if not (type(hook_args.thread).__name__ == "_AsyncWriterThread" and isinstance(hook_args.exc_value, OSError)):
-        threading.__excepthook__(hook_args)
-
-
 def start(args, checkpoint: Optional[dict], num_iterations: int, steps_per_iteration: int, rank: int = 0,
           local_rank: int = 0) -> "Run":
     """Open the run: directory (held by this process alone) and TensorBoard log (a resumed run continues its own,
@@ -329,51 +288,6 @@ def bounded_evaluation(evaluate: Callable[[], list], seconds: float, stop: StopS
         stop.interrupting = False
 
 
-class Progress:
-    """Steps, SPS and the mean of the last 20 returns on stderr: on a terminal one self-rewriting line (at most 4
-    draws a second, so it can be called every step), elsewhere (a log file) a plain line every `interval` s."""
-
-    def __init__(self, total_steps: int, enabled: bool, interval: float):
-        self.total_steps, self.enabled, self.interval = total_steps, enabled, interval
-        self.terminal, self.returns = sys.stderr.isatty(), deque(maxlen=20)
-        self.last_draw, self.drawn = time.monotonic(), False
-
-    def episode(self, episodic_return: float) -> None:
-        self.returns.append(float(episodic_return))
-
-    def recent_return(self) -> str:
-        return f"{np.mean(self.returns):.1f}" if self.returns else "-"
-
-    def returns_said(self, run_over: bool = False) -> str:
-        """The episodes' returns in words: 'mean return of the last 3 episodes 21.7', or that none has ended."""
-        n = len(self.returns)
-        if n == 0:
-            return "no episode finished" if run_over else "no episode finished yet"
-        return f"mean return of the last {n} episode{'s' if n > 1 else ''} {self.recent_return()}"
-
-    def update(self, global_step: int, sps: int, during: str = "") -> None:
-        """`during`: a long part of an iteration under way (PPG's auxiliary phase), shown in place of the speed."""
-        now, last = time.monotonic(), global_step >= self.total_steps and not during
-        too_soon = not last and now - self.last_draw < (0.25 if self.terminal else self.interval)
-        if not self.enabled or too_soon or last and not self.terminal:  # off a terminal the summary line says the rest
-            return
-        self.last_draw, self.drawn = now, True
-        percent, speed = 100 * global_step // self.total_steps, during or f"{sps} SPS"
-        if self.terminal:  # (\x1b[K clears what a longer line left to the right)
-            sys.stderr.write(f"\r{global_step}/{self.total_steps} steps ({percent}%) | {speed} | "
-                             f"return {self.recent_return()}  \x1b[K")
-        else:
-            sys.stderr.write(f"progress: step {global_step}/{self.total_steps} ({percent}%), {speed}, "
-                             f"{self.returns_said()}\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.terminal and self.drawn:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.drawn = False
-
-
 def saved_observations(checkpoint: dict, space) -> np.ndarray:
     """The checkpoint's next_obs, which must be what these envs observe: their shape, in a dtype numpy holds."""
     saved = checkpoint["next_obs"]
@@ -383,13 +297,15 @@ def saved_observations(checkpoint: dict, space) -> np.ndarray:
     return saved.numpy()
 
 
-class Run:
-    """One training run and the calls its loop makes. `state` maps checkpoint keys to the script's stateful objects;
-    an entry may be None (saved as None, left as built on resume), e.g. a replay memory only --save-buffer keeps."""
+class Run(RunLog):
+    """One training run and the calls its loop makes: its lifecycle here (restore, check, checkpoint, stop, finish),
+    what it logs in run_log.RunLog (episodes, SPS, the progress line). `state` maps checkpoint keys to the script's
+    stateful objects; an entry may be None (saved as None, left as built on resume), e.g. a replay memory only
+    --save-buffer keeps."""
 
     def __init__(self, args, script, name, run_dir, writer, device, checkpoint, num_iterations, steps_per_iteration,
                  rank):
-        self.args, self.script, self.name, self.dir, self.writer = args, script, name, run_dir, writer
+        self.args, self.script, self.name, self.dir = args, script, name, run_dir
         self.device, self.checkpoint, self.num_iterations, self.rank = device, checkpoint, num_iterations, rank
         self.checkpoint_path, self.model_path = f"{self.dir}/checkpoint.pt", f"{self.dir}/{args.exp_name}.cleanrl_model"
         self.state, self.envs, self.stop = {}, None, StopSignal()
@@ -397,14 +313,13 @@ class Run:
             timer = threading.Timer(args.max_runtime, self.stop.time_up)
             timer.daemon = True
             timer.start()
-        self.progress = Progress(num_iterations * steps_per_iteration, args.progress and rank == 0,
-                                 args.progress_interval)
+        super().__init__(writer, Progress(num_iterations * steps_per_iteration, args.progress and rank == 0,
+                                          args.progress_interval),
+                         ThreadGuard() if device.type == "cpu" and args.torch_threads == 0 else None)
         # a resumed run's progress line goes on with the returns it showed when stopped (older checkpoints: none)
         self.progress.returns.extend(self.resumed("recent_returns", []))
         self.wall_start, self.saved_any = time.time(), checkpoint is not None
-        self.clock: Optional[tuple[float, int]] = None  # (time, global step) the SPS clock started at
         self.updates = self.resumed("updates", 0)  # the update count end_of_iteration saw last
-        self.threads = ThreadGuard() if device.type == "cpu" and args.torch_threads == 0 else None
 
     @property
     def global_step(self) -> int:
@@ -485,18 +400,6 @@ class Run:
         if self.checkpoint is None and self.rank == 0:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def log_episode(self, episodic_return: float, episodic_length: int, global_step: int) -> None:
-        self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-        self.writer.add_scalar("charts/episodic_length", episodic_length, global_step)
-        self.progress.episode(episodic_return)
-
-    def log_episodes(self, infos: dict, global_step: int) -> np.ndarray:
-        """Log the episodes that ended this step (RecordEpisodeStatistics' info["episode"]); returns their envs."""
-        ended = np.flatnonzero(infos["_episode"]) if "episode" in infos else np.empty(0, dtype=np.int64)
-        for i in ended:
-            self.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
-        return ended
-
     def learning_starts(self, learning_starts: int) -> int:
         """The global step after which an off-policy script learns: --learning-starts, or, on a resume from a
         checkpoint without the replay memory (no --save-buffer), that many steps after the checkpoint's: the memory
@@ -507,23 +410,6 @@ class Run:
         say(f"note: the checkpoint has no replay memory (no --save-buffer); learning resumes after global step "
             f"{learning_starts}")
         return learning_starts
-
-    def start_clock(self, global_step: int, restart: bool = False) -> None:
-        """SPS counts from the first call (`restart`: from this one): after the warm-up (compilation, CUDA graph
-        recording, steps before learning); the first iteration or update logs no SPS."""
-        if self.clock is None or restart:
-            self.clock = (time.time(), global_step)
-
-    def sps(self, global_step: int) -> Optional[int]:
-        if self.clock is not None and global_step > self.clock[1]:
-            return int((global_step - self.clock[1]) / max(time.time() - self.clock[0], 1e-9))
-
-    def log_sps(self, global_step: int) -> None:
-        if self.threads is not None:
-            self.threads.check()
-        sps = self.sps(global_step)
-        if sps is not None and self.writer is not None:
-            self.writer.add_scalar("charts/SPS", sps, global_step)
 
     def check_finite(self, losses: dict, global_step: int, where: str = "") -> None:
         """Stop in one line, saving nothing, when a loss or a parameter of the modules in `state` is NaN or inf."""
@@ -647,11 +533,6 @@ class Run:
         for idx, episodic_return in enumerate(returns):
             self.writer.add_scalar("eval/episodic_return", episodic_return, idx)
         say(f"eval: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
 
 def saved_model_path(path: str) -> str:
     """What --eval-only names: a file, or a run directory's checkpoint.pt, else its .cleanrl_model."""

@@ -79,10 +79,13 @@ def logged_keys(script: Path) -> set[str]:
 
 
 def run_method_keys() -> dict[str, set[str]]:
-    """The keys each method of runtime.Run writes, itself or through the Run methods it calls."""
-    run_class = next(n for n in ast.parse(RUNTIME.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "Run")
+    """The keys each method of runtime.Run (and of its logging half, run_log.RunLog) writes, itself or through the
+    Run methods it calls."""
+    classes = [n for path, name in ((RUNTIME, "Run"), (RUNTIME.parent / "run_log.py", "RunLog"))
+               for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == name]
+    assert len(classes) == 2
     direct, calls = {}, {}
-    for method in run_class.body:
+    for method in (m for run_class in classes for m in run_class.body):
         if isinstance(method, ast.FunctionDef):
             nodes = [n for n in ast.walk(method) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
             direct[method.name] = {n.args[0].value for n in nodes if n.func.attr == "add_scalar"
