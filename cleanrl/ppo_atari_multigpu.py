@@ -360,8 +360,6 @@ if __name__ == "__main__":
     if args.resume is None:
         derive_sizes(args, world_size)
         atari_envs.check_atari(args.env_id, args.env_backend)
-    if args.cuda and torch.cuda.is_available() and local_rank >= torch.cuda.device_count():
-        fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
     # one GPU per process, chosen by LOCAL_RANK and made current (else NCCL would use GPU 0 in every process)
     device = speed.pick_device(args, local_rank)
     # On a GPU the dense layers' matmuls run in TF32 (a 10-bit mantissa on tensor cores), as cuDNN's convolutions
@@ -377,20 +375,8 @@ if __name__ == "__main__":
     # this rank's rollout storage's memory, from its shapes and dtypes (tensors on the meta device take none)
     speed.check_memory(f"--num-steps {args.num_steps} x {envs_per_rank} envs a rank", speed.nbytes(rollout_storage(
         args.num_steps, envs_per_rank, "meta")), "a rollout storage", cuda=args.cuda)
-    if checkpoint is not None:
-        # The checkpoint holds every rank's generators and env states; each rank takes back its own. On another
-        # number of ranks (torchrun's elastic restart, a resume on more or fewer GPUs) the global batch stays: the
-        # --num-envs envs are split anew; the model, optimizer, schedule and step count are every rank's alike.
-        # Each rank's random streams then start anew (seed + rank + global step) and the games in progress restart.
-        saved_ranks = len(checkpoint["rng"])
-        if saved_ranks == world_size:
-            checkpoint = checkpoint | {"rng": checkpoint["rng"][rank], "envs": checkpoint["envs"][rank]}
-        else:
-            if rank == 0:
-                messages.say(f"note: the checkpoint's world size was {saved_ranks}, this resume's is {world_size}: "
-                             f"{envs_per_rank} of the {args.num_envs} envs a rank, new random streams, new games")
-            runtime.seed_everything(args.seed + rank + checkpoint["global_step"], args.torch_deterministic)
-            checkpoint = checkpoint | {"rng": checkpoints.rng_state(), "envs": None}
+    # each rank's share of the checkpoint (on another number of ranks: the same global batch, new streams and games)
+    checkpoint = runtime.rank_share(checkpoint, rank, world_size, args, envs_per_rank)
     # Only rank 0 writes: one event file, one W&B run, one video folder, one checkpoint.
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs * args.num_steps, rank, local_rank)
     device, writer = run.device, run.writer

@@ -121,6 +121,24 @@ def broadcast_resume(args_cls, args, rank: int) -> tuple:
     return outcome[0]
 
 
+def rank_share(checkpoint: Optional[dict], rank: int, world_size: int, args, envs_per_rank: int) -> Optional[dict]:
+    """This rank's view of a multi-rank checkpoint, which holds every rank's generators and env states: on as many
+    ranks as wrote it, its own. On another number of ranks (torchrun's elastic restart, a resume on more or fewer
+    GPUs) the global batch stays: the --num-envs envs are split anew, and the model, optimizer, schedule and step
+    count are every rank's alike; each rank's random streams start anew (seed + rank + global step), the games in
+    progress restart, and rank 0 says so."""
+    if checkpoint is None:
+        return None
+    saved_ranks = len(checkpoint["rng"])
+    if saved_ranks == world_size:
+        return checkpoint | {"rng": checkpoint["rng"][rank], "envs": checkpoint["envs"][rank]}
+    if rank == 0:
+        say(f"note: the checkpoint's world size was {saved_ranks}, this resume's is {world_size}: {envs_per_rank} "
+            f"of the {args.num_envs} envs a rank, new random streams, new games")
+    seed_everything(args.seed + rank + checkpoint["global_step"], args.torch_deterministic)
+    return checkpoint | {"rng": rng_state(), "envs": None}
+
+
 def torchrun_env() -> tuple[int, int, int, int]:
     """(rank, local_rank, node_rank, world_size) from torchrun's variables; plain `python` is rank 0 of 1.
     RANK is global and unique; LOCAL_RANK numbers one machine's processes, so it picks the GPU, never the role."""

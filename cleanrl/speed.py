@@ -82,6 +82,8 @@ def pick_device(args, local_rank: int = 0) -> torch.device:
     small MLPs, 0 for wide and convolutional ones. More threads than free cores stall on every op when another
     process takes a core (SAC: 0.33x), and the count changes float rounding: docs/speed.md has the measurements."""
     if args.cuda and torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():  # torchrun started more processes on this node than it has GPUs
+            fail(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     torch.set_num_threads(args.torch_threads or free_cores())
