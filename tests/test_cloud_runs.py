@@ -209,8 +209,8 @@ def start_attempt(moto, job: dict, cwd: Path, **extra: str) -> tuple[subprocess.
     command = [job["parameters"][w[5:]] if w.startswith("Ref::") else w for w in job["container"]["command"]]
     cwd.mkdir(parents=True)
     (cwd / "cleanrl").symlink_to(ROOT / "cleanrl")
-    env = aws_env(moto.endpoint, **environment(job), AWS_BATCH_JOB_ID=job["jobId"], CLEANRL_CODE=str(ROOT),
-                  CLEANRL_SYNC_SECONDS="3600", WANDB_MODE="offline", PATH=VENV_PATH, **extra)
+    env = aws_env(moto.endpoint, **{**environment(job), "AWS_BATCH_JOB_ID": job["jobId"], "CLEANRL_CODE": str(ROOT),
+                                    "CLEANRL_SYNC_SECONDS": "3600", "WANDB_MODE": "offline", "PATH": VENV_PATH, **extra})
     log = cwd.with_suffix(".log")
     with open(log, "w") as out:
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -241,7 +241,7 @@ def test_a_run_outlives_its_job_time_limit_three_reclaims_and_a_resubmit(aws, tm
     total = 24576
     (job_id,) = cli("submit", "--no-build", "--job-queue", QUEUE, "--scripts", "ppo.py --num-steps 32",
                     "--env-ids", "CartPole-v1", "--total-timesteps", str(total), "--timeout-seconds", "60",
-                    "--extra-args=--eval-episodes 0 --no-progress --torch-threads 1 --checkpoint-frequency 1000",
+                    "--extra-args=--eval-episodes 0 --no-progress --torch-threads 1",
                     "--sweep", "long")
     folder = "runs/long/ppo-CartPole-v1-s1/"
     job = describe(aws, job_id)
