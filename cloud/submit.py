@@ -572,8 +572,9 @@ def plan_multinode(args: SubmitMultinode) -> dict:
         fail(f"--seed must be 0 or more, got {args.seed}")
     if args.total_timesteps is not None and args.total_timesteps < 1:
         fail(f"--total-timesteps must be at least 1, got {args.total_timesteps}")
-    run_id = check_run_id(args.run_id or f"{check_job_name(args.job_name)}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-                                        f"-{uuid.uuid4().hex[:8]}")
+    # a new run unless --run-id names one: a job submitted again with it continues that run, on any number of nodes
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    run_id = check_run_id(args.run_id or f"{args.job_name}-{stamp}-{uuid.uuid4().hex[:8]}")
     environment = wandb_environment(extra) + [{"name": "CLEANRL_RUN_ID", "value": run_id}]
     parameters = {
         "script": " ".join([shlex.quote(script), *map(shlex.quote, extra)]),

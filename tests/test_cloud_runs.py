@@ -124,8 +124,8 @@ def test_durable_keys_the_folder_by_the_run_and_skips_a_finished_run(aws, batch,
 
 def test_durable_stops_the_command_before_the_time_limit(tmp_path):
     """CLEANRL_TIME_LIMIT_SECONDS less the margin after its start, the command gets SIGTERM: it exits 143 (retried)."""
-    command = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143));"
-               " print('up', flush=True); time.sleep(60)"]
+    command = [sys.executable, "-c", "import signal, sys, time; "
+               "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); print('up', flush=True); time.sleep(60)"]
     env = aws_env("http://127.0.0.1:9", CLEANRL_TIME_LIMIT_SECONDS="60", CLEANRL_STOP_MARGIN_SECONDS="58.5")
     started = time.monotonic()
     proc = subprocess.run([*DURABLE, *command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
@@ -209,8 +209,9 @@ def start_attempt(moto, job: dict, cwd: Path, **extra: str) -> tuple[subprocess.
     command = [job["parameters"][w[5:]] if w.startswith("Ref::") else w for w in job["container"]["command"]]
     cwd.mkdir(parents=True)
     (cwd / "cleanrl").symlink_to(ROOT / "cleanrl")
-    env = aws_env(moto.endpoint, **{**environment(job), "AWS_BATCH_JOB_ID": job["jobId"], "CLEANRL_CODE": str(ROOT),
-                                    "CLEANRL_SYNC_SECONDS": "3600", "WANDB_MODE": "offline", "PATH": VENV_PATH, **extra})
+    variables = {**environment(job), "AWS_BATCH_JOB_ID": job["jobId"], "CLEANRL_CODE": str(ROOT),
+                 "CLEANRL_SYNC_SECONDS": "3600", "WANDB_MODE": "offline", "PATH": VENV_PATH, **extra}
+    env = aws_env(moto.endpoint, **variables)
     log = cwd.with_suffix(".log")
     with open(log, "w") as out:
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
