@@ -37,6 +37,8 @@ resource "aws_launch_template" "batch" {
     ebs {
       volume_size           = var.root_volume_gib
       volume_type           = "gp3"
+      throughput            = var.root_volume_throughput
+      iops                  = max(3000, var.root_volume_throughput * 4) # gp3: 3000 free; 0.25 MiB/s per IOPS at most
       encrypted             = true
       delete_on_termination = true
     }

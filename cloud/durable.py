@@ -4,25 +4,38 @@ start every run through it).
 
     python cloud/durable.py -- python cleanrl/ppo.py --env-id CartPole-v1 --save-model --resume auto
 
-With CLEANRL_RUNS_S3=s3://BUCKET/PREFIX (terraform sets it in the job definitions) and AWS_BATCH_JOB_ID (Batch sets
-it, the same in every attempt of a job), the job's folder is s3://BUCKET/PREFIX/JOB_ID/:
-1. restore: what an earlier attempt of the job uploaded there is downloaded into runs/ and videos/ of the working
-   directory, so the script's `--resume auto` finds the last checkpoint;
+With CLEANRL_RUNS_S3=s3://BUCKET/PREFIX (terraform sets it in the job definitions), the run's folder is
+s3://BUCKET/PREFIX/RUN_ID/, where RUN_ID is the run's identity: CLEANRL_RUN_ID (cloud/submit.py gives one to every run
+it submits, e.g. SWEEP/ppo-CartPole-v1-s1, and gives it again to a resubmission of the run, whatever its job id), else
+AWS_BATCH_JOB_ID (Batch sets it, the same in every attempt of one job: the layout of jobs submitted without one):
+0. a finished run (its folder holds the completion marker, below, of the same command) is not run again: this process
+   says so and exits 0 at once, without downloading anything;
+1. restore: what an earlier attempt of the run uploaded there is downloaded into runs/ and videos/ of the working
+   directory, so the script's `--resume auto` finds the last checkpoint. In a folder of CLEANRL_RUN_ID a run
+   directory without a checkpoint (an attempt stopped before its first one) is deleted instead (the bucket's
+   versioning keeps it): the run starts again, and the folder holds one run;
 2. run the command; every CLEANRL_SYNC_SECONDS (default 300) the new or changed files of runs/ and videos/ go up;
 3. SIGTERM or SIGINT (a Spot reclaim, `docker stop`) is passed on to the command, which checkpoints and exits; then
    a last upload, and this process exits with the command's status (128 + the signal's number if the command,
    e.g. torchrun, ended otherwise after the signal), so Batch retries the job (its rule for exit code 143).
 4. a finished run (the command exited 0) whose last upload went through gets a completion marker,
-   s3://BUCKET/PREFIX/JOB_ID/cleanrl-complete.json (exit status, time, command): the job's results are all there.
+   s3://BUCKET/PREFIX/RUN_ID/cleanrl-complete.json (exit status, time, command): the run's results are all there.
 Without CLEANRL_RUNS_S3 the command just runs. Of a multi-node job only the main node syncs (it holds runs/).
+
+AWS Batch ends an attempt that outlives the job's timeout for good, never retried. With CLEANRL_TIME_LIMIT_SECONDS
+(the attempt's timeout: terraform sets it beside the job definition's timeout, cloud/submit.py with --timeout-seconds)
+this process sends the command SIGTERM CLEANRL_STOP_MARGIN_SECONDS before it (default 300 s, or a fifth of the limit
+when that is less), counted from its own start: the run checkpoints, the last upload has the margin, and the attempt
+exits 143, which Batch retries. Every node of a multi-node job does this.
 
 Every S3 call has a timeout (CLEANRL_S3_TIMEOUT_SECONDS, default 60, for connecting and for each read) and botocore's
 bounded retries with exponential backoff (3 retries after the first attempt); the last upload is tried FINAL_TRIES
 times, waiting CLEANRL_S3_RETRY_SECONDS (default 10) and then 3 times as long between tries. When S3 cannot be
 reached at the restore, or the last upload still fails, this process exits S3_FAILED (75, "temporary failure"), for
 which the job definitions' retry rules start another attempt (which restores what did reach S3 and resumes).
-The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in the tests). Each of the three settings
-in seconds must be above 0 and at most MAX_SECONDS (86400, a day).
+The endpoint is boto3's: AWS_ENDPOINT_URL points it elsewhere (a local one in the tests). Each of the settings in
+seconds must be above 0 and at most MAX_SECONDS (86400, a day; the time limit at most MAX_TIME_LIMIT_SECONDS, AWS
+Batch's 14 days). CLEANRL_RUN_ID is 1-512 letters, digits and `_ . - = + :`, in parts separated by single slashes.
 
 What goes up and comes back is data of the run only: regular files of runs/ and videos/, never a symbolic link (nor
 what it points to) nor a temporary (a name with ".tmp"). A restore skips S3's zero-byte folder markers and
@@ -54,18 +67,47 @@ FINAL_TRIES = 3  # tries of the last upload
 # save nothing before a Spot reclaim.
 MAX_SECONDS = 86400
 NOT_FOUND, CANNOT_RUN = 127, 126  # exit statuses when the command does not exist or cannot run, as a shell's
+MAX_TIME_LIMIT_SECONDS = 14 * 86400  # the longest JobTimeout.attemptDurationSeconds AWS Batch takes
+# a run's identity: parts of S3-safe characters (':' for the job ids of array children) joined by single slashes
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.=+:-]+(/[A-Za-z0-9_.=+:-]+)*$")
+MAX_RUN_ID = 512
 
 
-def positive_seconds(name: str, default: str) -> float:
+def positive_seconds(name: str, default: str, most: int = MAX_SECONDS) -> float:
     value = os.environ.get(name, default)
     try:
         seconds = float(value)
     except ValueError:
         seconds = math.nan
     # checked with an if, not an assert: `python -O` drops asserts; nan fails every comparison
-    if not 0 < seconds <= MAX_SECONDS:
-        fail(f"{name} must be a positive number of seconds, at most {MAX_SECONDS} (a day), got {value!r}")
+    if not 0 < seconds <= most:
+        fail(f"{name} must be a positive number of seconds, at most {most} ({most // 86400} days), got {value!r}"
+             if most != MAX_SECONDS else
+             f"{name} must be a positive number of seconds, at most {MAX_SECONDS} (a day), got {value!r}")
     return seconds
+
+
+def stop_after() -> Optional[float]:
+    """Seconds after which the command gets SIGTERM: the attempt's time limit less the margin; None without one."""
+    if not os.environ.get("CLEANRL_TIME_LIMIT_SECONDS"):
+        return None
+    limit = positive_seconds("CLEANRL_TIME_LIMIT_SECONDS", "", MAX_TIME_LIMIT_SECONDS)
+    margin = positive_seconds("CLEANRL_STOP_MARGIN_SECONDS", str(min(300.0, limit / 5)))
+    if margin >= limit:
+        fail(f"CLEANRL_STOP_MARGIN_SECONDS ({margin:g}) must be less than CLEANRL_TIME_LIMIT_SECONDS ({limit:g})")
+    return limit - margin
+
+
+def run_id() -> str:
+    """The run's identity: CLEANRL_RUN_ID, else the AWS Batch job's id (a node of a multi-node job, <id>#<node>, is
+    its job; an array child, <id>:<index>, is a job of its own); "" outside Batch."""
+    given = os.environ.get("CLEANRL_RUN_ID", "")
+    if given and (len(given) > MAX_RUN_ID or not RUN_ID_RE.match(given) or given.startswith(".")
+                  or any(part in (".", "..") for part in given.split("/"))):
+        fail(f"CLEANRL_RUN_ID must be 1-{MAX_RUN_ID} letters, digits and _ . - = + : in parts joined by single "
+             f"slashes, got {given!r}" + (" (the job's command did not fill in {seed}: register the job definition "
+                                         "again, terraform apply in cloud/)" if "{" in given else ""))
+    return given or os.environ.get("AWS_BATCH_JOB_ID", "").split("#")[0]
 
 
 def fail(message: str):
@@ -91,9 +133,8 @@ def synced(name: str) -> bool:
     return ".tmp" not in name
 
 
-def job_folder(prefix: str, job_id: str) -> str:
-    # A node of a multi-node job (<id>#<node>) belongs to its job; an array child (<id>:<index>) is a job of its own.
-    return "/".join(p for p in (prefix, job_id.split("#")[0]) if p) + "/"
+def run_folder(prefix: str, run: str) -> str:
+    return "/".join(p for p in (prefix, run) if p) + "/"
 
 
 class Sync:
@@ -109,32 +150,68 @@ class Sync:
         self.sent: dict[str, tuple[int, int]] = {}
         self.lock = threading.Lock()
 
-    def restore(self) -> int:
+    def finished(self) -> Optional[dict]:
+        """The completion marker of the folder, None without one (or one that is not a JSON object)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=self.folder + MARKER)["Body"].read()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        try:
+            marker = json.loads(body)
+        except ValueError:
+            return None
+        return marker if isinstance(marker, dict) else None
+
+    def forget_marker(self) -> None:
+        self.s3.delete_object(Bucket=self.bucket, Key=self.folder + MARKER)
+
+    def restore(self, one_run: bool) -> int:
         """Download the files under the folder into runs/ and videos/ of the working directory; the number of files.
-        A key is data for the run: it never names a file elsewhere (S3 keys may hold `..`), nor runs/ itself."""
+        A key is data for the run: it never names a file elsewhere (S3 keys may hold `..`), nor runs/ itself. With
+        `one_run` (the folder is one run's), a run directory without a checkpoint (runs/NAME/ with no
+        runs/NAME/checkpoint.pt, and its videos/NAME/) is an attempt stopped before its first checkpoint, beside which
+        `--resume auto` would start a second run: it is deleted from the folder and not downloaded."""
+        objects = [obj for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                                      Prefix=self.folder)
+                   for obj in page.get("Contents", [])]
+        keys = {obj["Key"][len(self.folder):] for obj in objects}
+        started = {k.split("/")[1] for k in keys if k.startswith("runs/") and k.count("/") >= 2}
+        stale = {name for name in started if f"runs/{name}/checkpoint.pt" not in keys} if one_run else set()
+        if stale:
+            dirs = {(folder, name) for folder in FOLDERS for name in stale}
+            doomed = [obj["Key"] for obj in objects if tuple(obj["Key"][len(self.folder):].split("/")[:2]) in dirs]
+            for part in range(0, len(doomed), 1000):  # DeleteObjects takes 1000 keys a call
+                self.s3.delete_objects(Bucket=self.bucket,
+                                       Delete={"Objects": [{"Key": k} for k in doomed[part:part + 1000]]})
+            say(f"deleted {len(doomed)} files of {len(stale)} run directories without a checkpoint (an attempt "
+                f"stopped before its first one; the run starts again): {', '.join(sorted(stale))}")
+            objects = [obj for obj in objects if obj["Key"] not in set(doomed)]
         count = 0
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.folder):
-            for obj in page.get("Contents", []):
-                relative = obj["Key"][len(self.folder):]
-                # the completion marker, a folder marker (a zero-byte `name/` the S3 console makes; the job's
-                # folder has one too) or a temporary, which uploads skip: nothing to restore
-                if relative in ("", MARKER) or relative.endswith("/") or not synced(relative.rsplit("/", 1)[-1]):
-                    continue
-                where, target = f"s3://{self.bucket}/{obj['Key']}", Path(relative)
-                parts = relative.split("/")
-                if len(parts) < 2 or parts[0] not in FOLDERS or any(p in ("", ".", "..") for p in parts):
-                    fail(f"{where} is not a file of {' or '.join(FOLDERS)}/; not restoring it")
-                try:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    clash = target.is_dir()
-                except (FileExistsError, NotADirectoryError):
-                    clash = True
-                if clash:  # S3 holds both runs/a and runs/a/b, which no file system can
-                    fail(f"{where} would be a file and a folder at once with another key; not restoring it")
-                self.s3.download_file(self.bucket, obj["Key"], relative)
-                restored = os.stat(relative)
-                self.sent[relative] = (restored.st_size, restored.st_mtime_ns)
-                count += 1
+        for obj in objects:
+            relative = obj["Key"][len(self.folder):]
+            # the completion marker, a folder marker (a zero-byte `name/` the S3 console makes; the job's
+            # folder has one too) or a temporary, which uploads skip: nothing to restore
+            if relative in ("", MARKER) or relative.endswith("/") or not synced(relative.rsplit("/", 1)[-1]):
+                continue
+            where, target = f"s3://{self.bucket}/{obj['Key']}", Path(relative)
+            parts = relative.split("/")
+            if len(parts) < 2 or parts[0] not in FOLDERS or any(p in ("", ".", "..") for p in parts):
+                fail(f"{where} is not a file of {' or '.join(FOLDERS)}/; not restoring it")
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                clash = target.is_dir()
+            except (FileExistsError, NotADirectoryError):
+                clash = True
+            if clash:  # S3 holds both runs/a and runs/a/b, which no file system can
+                fail(f"{where} would be a file and a folder at once with another key; not restoring it")
+            self.s3.download_file(self.bucket, obj["Key"], relative)
+            restored = os.stat(relative)
+            self.sent[relative] = (restored.st_size, restored.st_mtime_ns)
+            count += 1
         return count
 
     def upload(self) -> int:
@@ -189,12 +266,12 @@ class Sync:
         self.s3.put_object(Bucket=self.bucket, Key=self.folder + MARKER, Body=body.encode())
 
 
-def wandb_run_id() -> Optional[str]:
-    """The W&B run id of an AWS Batch job: its job id, which every attempt (a retry after a Spot reclaim) keeps, so
-    the attempts continue one W&B run. A node of a multi-node job (`<id>#<node>`) is its job; an array child
-    (`<id>:<index>`) is a run of its own. None outside Batch: W&B makes a new id."""
-    job_id = os.environ.get("AWS_BATCH_JOB_ID", "").split("#")[0]
-    return re.sub(r"[^A-Za-z0-9_-]", "-", job_id) or None
+def wandb_run_id(run: Optional[str] = None) -> Optional[str]:
+    """The W&B run id of a run: its identity (run_id(): CLEANRL_RUN_ID, else the AWS Batch job id), which every
+    attempt and every resubmission of the run keeps, so they continue one W&B run. None outside Batch: W&B makes a
+    new id."""
+    run = run_id() if run is None else run
+    return re.sub(r"[^A-Za-z0-9_-]", "-", run) or None
 
 
 def main(argv: list[str]) -> int:
@@ -203,33 +280,46 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
+    started = time.monotonic()  # the attempt's clock: the restore counts against its time limit
     interval_s = positive_seconds("CLEANRL_SYNC_SECONDS", "300")
     timeout_s = positive_seconds("CLEANRL_S3_TIMEOUT_SECONDS", "60")
     retry_s = positive_seconds("CLEANRL_S3_RETRY_SECONDS", "10")
     url = os.environ.get("CLEANRL_RUNS_S3", "")
     main_node = os.environ.get("AWS_BATCH_JOB_NODE_INDEX", "0") == os.environ.get("AWS_BATCH_JOB_MAIN_NODE_INDEX", "0")
     sync: Optional[Sync] = None
+    stop_s = stop_after()
+    run = run_id()
     if url and main_node:
         bucket, prefix = split_s3_url(url)
-        job_id = os.environ.get("AWS_BATCH_JOB_ID") or fail("CLEANRL_RUNS_S3 is set but AWS_BATCH_JOB_ID is not")
-        sync = Sync(bucket, job_folder(prefix, job_id), timeout_s)
+        if not run:
+            fail("CLEANRL_RUNS_S3 is set but AWS_BATCH_JOB_ID is not (nor CLEANRL_RUN_ID)")
+        sync = Sync(bucket, run_folder(prefix, run), timeout_s)
         from botocore.exceptions import BotoCoreError, ClientError
 
+        where = f"s3://{bucket}/{sync.folder}"
         try:
-            restored = sync.restore()
+            marker = sync.finished()
+            if marker is not None and marker.get("command") == argv:
+                say(f"{where} is a finished run (completed {marker.get('finished', '?')}, this command): not running "
+                    "it again")
+                return 0
+            if marker is not None:  # another command (a longer --total-timesteps, say): the run goes on, unfinished
+                sync.forget_marker()
+                say(f"{where} finished as another command; running this one on it")
+            restored = sync.restore(one_run=bool(os.environ.get("CLEANRL_RUN_ID")))
         except (BotoCoreError, ClientError) as e:
-            sys.stderr.write(f"error: cannot read s3://{bucket}/{sync.folder} (exit {S3_FAILED}, retried): {e}\n")
+            sys.stderr.write(f"error: cannot read {where} (exit {S3_FAILED}, retried): {e}\n")
             return S3_FAILED
-        say(f"s3://{bucket}/{sync.folder}: " + (f"restored {restored} files of an earlier attempt" if restored
-                                                else "nothing to restore, a first attempt"))
+        say(f"{where}: " + (f"restored {restored} files of an earlier attempt" if restored
+                            else "nothing to restore, a first attempt"))
     elif not url:
         say("CLEANRL_RUNS_S3 is not set: runs/ stays in the container")
 
     received: list[int] = []
-    # with --track, every attempt of the job continues one W&B run: wandb.init reads its id from the environment
-    run_id, child_env = wandb_run_id(), dict(os.environ)
-    if run_id and "WANDB_RUN_ID" not in child_env:
-        child_env.update(WANDB_RUN_ID=run_id, WANDB_RESUME="allow")
+    # with --track, every attempt of the run continues one W&B run: wandb.init reads its id from the environment
+    wandb_id, child_env = wandb_run_id(run), dict(os.environ)
+    if wandb_id and "WANDB_RUN_ID" not in child_env:
+        child_env.update(WANDB_RUN_ID=wandb_id, WANDB_RESUME="allow")
     try:
         child = subprocess.Popen(argv, env=child_env)
     except FileNotFoundError:
@@ -248,6 +338,16 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, forward)
     stop = threading.Event()
 
+    def time_up():
+        say(f"the attempt's time limit (CLEANRL_TIME_LIMIT_SECONDS) is near: SIGTERM to the command after "
+            f"{stop_s:g} s, so that it checkpoints and exits 143, which AWS Batch retries (a timeout is not retried)")
+        forward(signal.SIGTERM, None)
+
+    limit_timer = threading.Timer(max(0.0, stop_s - (time.monotonic() - started)), time_up) if stop_s else None
+    if limit_timer is not None:
+        limit_timer.daemon = True
+        limit_timer.start()
+
     def periodic():
         while not stop.wait(interval_s):
             try:
@@ -260,6 +360,8 @@ def main(argv: list[str]) -> int:
         thread.start()
     status = child.wait()
     stop.set()
+    if limit_timer is not None:
+        limit_timer.cancel()
     status = 128 - status if status < 0 else status  # killed by a signal: the shell's convention
     if received and status != 0:
         status = 128 + received[0]

@@ -76,8 +76,10 @@ data "aws_iam_policy_document" "job" {
     }
   }
   statement {
-    sid       = "ReadAndWriteRuns"
-    actions   = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"]
+    sid = "ReadAndWriteRuns"
+    # DeleteObject: cloud/durable.py deletes a run's attempt that saved no checkpoint, and the completion marker of a
+    # finished run that another command trains on (versioning keeps both for runs_noncurrent_days)
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
     resources = ["${aws_s3_bucket.runs.arn}/${local.runs_prefix}/*"]
   }
 }

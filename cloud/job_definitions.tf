@@ -23,6 +23,9 @@ locals {
   environment = [
     { name = "PYTHONUNBUFFERED", value = "1" },
     { name = "CLEANRL_RUNS_S3", value = "s3://${aws_s3_bucket.runs.bucket}/${local.runs_prefix}" },
+    # the attempt's time limit (the timeout below): cloud/durable.py stops the run with SIGTERM before it, so that the
+    # run checkpoints and exits 143, which is retried; Batch's own timeout ends a job for good
+    { name = "CLEANRL_TIME_LIMIT_SECONDS", value = tostring(var.job_timeout_seconds) },
   ]
 
   # A Spot reclaim ends the attempt with a status reason starting "Host EC2"; a run stopped by SIGTERM exits 143

@@ -26,8 +26,15 @@ first AWS call. W&B credentials (WANDB_API_KEY, ...) are read from your environm
 inside the submit request as the job's environment: nothing is written to disk or baked into the image.
 
 A sweep's manifest (`submit` writes it to SWEEPS_DIR/NAME.json and beside the runs, s3://BUCKET/sweeps/NAME.json)
-records each run (script, env id, seed, the command its job runs) and every job that ran it (job id, array child
-PARENT:INDEX, queue, job definition, image); `resubmit` adds the new jobs to it, so the history stays.
+records each run (script, env id, seed, the command its job runs, its run id) and every job that ran it (job id, array
+child PARENT:INDEX, queue, job definition, image); `resubmit` adds the new jobs to it, so the history stays.
+
+A run is not a job: each run has an identity of its own, its run id (SWEEP/SCRIPT-ENV_ID-sSEED; for submit-multinode
+--run-id), which the job gets as CLEANRL_RUN_ID and cloud/durable.py keys the run's S3 folder by,
+s3://BUCKET/runs/RUN_ID/. Every attempt of a job and every resubmission of the run restores that folder and continues
+the run from its last checkpoint; a finished run resubmitted exits 0 at once. A job's time limit (--timeout-seconds,
+else its job definition's) goes to the job as CLEANRL_TIME_LIMIT_SECONDS: the run checkpoints and exits 143 (retried)
+before AWS Batch's timeout, which is never retried, would end it.
 """
 
 import base64
@@ -65,7 +72,7 @@ VCPUS_PER_GPU, MEMORY_MIB_PER_GPU = 8, 28000
 # W&B settings passed from the caller's environment into the job's environment, and nowhere else.
 WANDB_VARIABLES = ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_BASE_URL")
 SWEEP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # a file name and an S3 key, as typed
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 1  # a run without "run_id" is of the layout before run ids: its folder is its latest job's
 # cloud/durable.py writes this beside a job's runs/ in S3 once the run finished and all of it was uploaded
 MARKER = "cleanrl-complete.json"
 
@@ -159,6 +166,10 @@ class SubmitMultinode(Build):
     """multi-node job definition (terraform output multinode_job_definition)"""
     job_name: str = "cleanrl-multinode"
     """name of the job"""
+    run_id: Optional[str] = None
+    """the run's identity, its S3 folder runs/RUN_ID/: give the run id of an earlier job (printed at its submit) to
+    continue that run from its last checkpoint, on any number of nodes whose ranks divide --num-envs; None starts a
+    new run: {job_name}-{UTC time}-{8 hex digits}"""
     vcpus: Optional[int] = None
     """vCPUs of each node; None keeps the job definition's, or with --gpus 8 per GPU"""
     memory: Optional[int] = None
@@ -404,6 +415,33 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", text)
 
 
+# a run id (cloud/durable.py's CLEANRL_RUN_ID): parts of S3-safe characters joined by single slashes
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.=+:-]+(/[A-Za-z0-9_.=+:-]+)*$")
+MAX_RUN_ID = 512
+
+
+def check_run_id(run_id: str) -> str:
+    if len(run_id) > MAX_RUN_ID or not RUN_ID_RE.match(run_id) or any(p in (".", "..") for p in run_id.split("/")):
+        fail(f"run id {run_id!r} is invalid: 1-{MAX_RUN_ID} letters, digits and _ . - = + : in parts joined by single "
+             "slashes")
+    return run_id
+
+
+def with_environment(overrides: dict, variables: dict[str, str]) -> dict:
+    """Container overrides with `variables` set in their environment (a copy; a variable given already is replaced)."""
+    kept = [e for e in overrides.get("environment", []) if e["name"] not in variables]
+    return {**overrides, "environment": kept + [{"name": k, "value": v} for k, v in variables.items()]}
+
+
+def time_limit(request: dict, definition: dict) -> dict[str, str]:
+    """CLEANRL_TIME_LIMIT_SECONDS for a job: its --timeout-seconds, else its job definition's timeout where the
+    definition does not pass it on itself (terraform's do); cloud/durable.py stops the run before it."""
+    given = request.get("timeout", {}).get("attemptDurationSeconds")
+    if given is None and not definition_gives(definition, "CLEANRL_TIME_LIMIT_SECONDS"):
+        given = (definition.get("timeout") or {}).get("attemptDurationSeconds")
+    return {} if given is None else {"CLEANRL_TIME_LIMIT_SECONDS": str(given)}
+
+
 def container_overrides(vcpus, memory, gpus, environment: list[dict]) -> dict:
     requirements = []
     if vcpus is not None:
@@ -434,6 +472,10 @@ class Planned:
     seeds: tuple[int, ...]
     request: dict  # without jobQueue/jobDefinition (filled in later)
     names: tuple[str, ...]  # the job name of each seed's run submitted on its own (what `resubmit` sends)
+
+    def run_id(self, sweep: str, seed: object) -> str:
+        """The run id of one seed's run (with seed "{seed}": what an array job's children fill in, single.sh)."""
+        return f"{sweep}/{Path(self.script).stem}-{slug(self.env_id)}-s{seed}"
 
 
 def check_script_entry(entry: str) -> tuple[str, list[str]]:
@@ -530,7 +572,10 @@ def plan_multinode(args: SubmitMultinode) -> dict:
         fail(f"--seed must be 0 or more, got {args.seed}")
     if args.total_timesteps is not None and args.total_timesteps < 1:
         fail(f"--total-timesteps must be at least 1, got {args.total_timesteps}")
-    environment = wandb_environment(extra)
+    # a new run unless --run-id names one: a job submitted again with it continues that run, on any number of nodes
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    run_id = check_run_id(args.run_id or f"{args.job_name}-{stamp}-{uuid.uuid4().hex[:8]}")
+    environment = wandb_environment(extra) + [{"name": "CLEANRL_RUN_ID", "value": run_id}]
     parameters = {
         "script": " ".join([shlex.quote(script), *map(shlex.quote, extra)]),
         "envId": args.env_id,
@@ -544,8 +589,7 @@ def plan_multinode(args: SubmitMultinode) -> dict:
     vcpus = args.vcpus if args.vcpus is not None or not args.gpus else VCPUS_PER_GPU * args.gpus
     memory = args.memory if args.memory is not None or not args.gpus else MEMORY_MIB_PER_GPU * args.gpus
     overrides = container_overrides(vcpus, memory, args.gpus, environment)
-    if overrides:
-        node_overrides["nodePropertyOverrides"] = [{"targetNodes": "0:", "containerOverrides": overrides}]
+    node_overrides["nodePropertyOverrides"] = [{"targetNodes": "0:", "containerOverrides": overrides}]
     request = {"jobName": args.job_name, "parameters": parameters, "nodeOverrides": node_overrides}
     if args.timeout_seconds is not None:
         request["timeout"] = {"attemptDurationSeconds": args.timeout_seconds}
@@ -807,9 +851,12 @@ def submit_requests(
     check_wandb_key(batch, definition, requests)
     if sweep is not None and not args.dry_run:
         sweep.open(batch, definition)
+    described = batch.describe_job_definitions(jobDefinitions=[definition])["jobDefinitions"]
     ids = []
     try:
         for i, request in enumerate(requests):
+            request = with_run_environment(request, time_limit(request, described[0] if described else {}),
+                                           sweep.run_variables(i) if sweep is not None else {})
             request = {**request, "jobQueue": args.job_queue, "jobDefinition": definition}
             if args.dry_run:
                 print(f"would submit {shown_request(request)}")
@@ -819,6 +866,10 @@ def submit_requests(
             print(f"{job['jobId']}\t{job['jobName']}", flush=True)
             if sweep is not None:
                 sweep.submitted(i, job["jobId"])
+            elif "nodeOverrides" in request:
+                run_id = run_id_of(request)
+                print(f"run id {run_id}: its S3 folder is runs/{run_id}/; to continue the run after its job FAILED, "
+                      f"submit again with --run-id {run_id} (on as many nodes as you like)", file=sys.stderr)
     finally:
         if sweep is not None and ids:
             # also after a failed SubmitJob: the jobs that were submitted are in the manifest, nothing is lost track of
@@ -826,6 +877,28 @@ def submit_requests(
     if sweep is not None and args.dry_run:
         print(f"would write the manifest of sweep {sweep.name} to {sweep.path}", file=sys.stderr)
     return ids
+
+
+def run_id_of(request: dict) -> Optional[str]:
+    for part in [request.get("containerOverrides", {})] + [
+            o["containerOverrides"] for o in request.get("nodeOverrides", {}).get("nodePropertyOverrides", [])]:
+        for e in part.get("environment", []):
+            if e["name"] == "CLEANRL_RUN_ID":
+                return e["value"]
+    return None
+
+
+def with_run_environment(request: dict, *variables: dict[str, str]) -> dict:
+    """A SubmitJob request whose containers (every node's) get these variables too."""
+    merged = {k: v for part in variables for k, v in part.items()}
+    if not merged:
+        return request
+    if "nodeOverrides" in request:
+        nodes = request["nodeOverrides"]
+        parts = nodes.get("nodePropertyOverrides") or [{"targetNodes": "0:", "containerOverrides": {}}]
+        parts = [{**o, "containerOverrides": with_environment(o["containerOverrides"], merged)} for o in parts]
+        return {**request, "nodeOverrides": {**nodes, "nodePropertyOverrides": parts}}
+    return {**request, "containerOverrides": with_environment(request.get("containerOverrides", {}), merged)}
 
 
 def describe(batch, job_ids: list[str]) -> list[dict]:
@@ -976,10 +1049,16 @@ def split_s3_url(url: str, what: str) -> tuple[str, str]:
     return bucket, key.strip("/")
 
 
-def job_folder(runs_s3: str, job_id: str) -> tuple[str, str]:
-    """(bucket, key prefix) of a job's folder: cloud/durable.py keeps the job's run in s3://BUCKET/PREFIX/JOB_ID/."""
+def run_folder(runs_s3: str, run: dict) -> tuple[str, str]:
+    """(bucket, key prefix) of a run's folder: cloud/durable.py keeps the run in s3://BUCKET/PREFIX/RUN_ID/; a run
+    of a manifest before run ids, in its latest job's folder, s3://BUCKET/PREFIX/JOB_ID/."""
     bucket, prefix = split_s3_url(runs_s3, "the runs folder")
-    return bucket, "/".join(p for p in (prefix, job_id.split("#")[0]) if p) + "/"
+    return bucket, "/".join(p for p in (prefix, run_id_of_run(run)) if p) + "/"
+
+
+def run_id_of_run(run: dict) -> str:
+    """A manifest run's identity; a run of a manifest before run ids is its latest job's (durable.py's folder of it)."""
+    return run.get("run_id") or run["jobs"][-1]["job_id"].split("#")[0]
 
 
 def sweep_url(runs_s3: str, name: str) -> str:
@@ -1065,6 +1144,11 @@ class NewSweep:
             "runs": [],
         }
 
+    def run_variables(self, index: int) -> dict[str, str]:
+        """CLEANRL_RUN_ID of request `index`: an array job's children fill in their seeds (cloud/jobs/single.sh)."""
+        p = self.planned[index]
+        return {"CLEANRL_RUN_ID": p.run_id(self.name, "{seed}" if len(p.seeds) > 1 else p.seeds[0])}
+
     def submitted(self, index: int, job_id: str) -> None:
         p = self.planned[index]
         array = "arrayProperties" in p.request
@@ -1078,6 +1162,7 @@ class NewSweep:
                 "env_id": p.env_id,
                 "seed": seed,
                 "command": run_command({**self.defaults, **request["parameters"]}),
+                "run_id": p.run_id(self.name, seed),
                 "request": request,
                 "jobs": [job],
             })
@@ -1227,9 +1312,12 @@ def resubmit(args: Resubmit) -> list[str]:
     if not failed:
         print(f"sweep {manifest['sweep']}: no run's latest job FAILED; nothing resubmitted", file=sys.stderr)
         return []
+    definitions = {}
     for definition in sorted({run["jobs"][-1]["job_definition"] for run in failed}):
         requests = [run["request"] for run in failed if run["jobs"][-1]["job_definition"] == definition]
         check_wandb_key(batch, definition, requests)
+        found = batch.describe_job_definitions(jobDefinitions=[definition])["jobDefinitions"]
+        definitions[definition] = found[0] if found else {}
     ids = []
     s3 = client(args, "s3") if manifest.get("manifest_s3") and not args.dry_run else None
     try:
@@ -1239,17 +1327,24 @@ def resubmit(args: Resubmit) -> list[str]:
             if environments[id(run)]:
                 overrides = {**request.get("containerOverrides", {}), "environment": environments[id(run)]}
                 request["containerOverrides"] = overrides
+            # the run's identity: the new job restores the run's folder and continues it (a run of a manifest before
+            # run ids continues in its latest job's folder, which becomes its run id)
+            legacy = "run_id" not in run
+            request = with_run_environment(request, {"CLEANRL_RUN_ID": run_id_of_run(run)},
+                                           time_limit(request, definitions[last["job_definition"]]))
             what = f"{shown_script(run['script'])} {run['env_id']} seed {run['seed']}"
             if args.dry_run:
                 print(f"would resubmit {what} (job {last['job_id']} FAILED): {shown_request(request)}")
                 continue
             job = batch.submit_job(**request)
+            if legacy:
+                run["run_id"] = run_id_of_run(run)
             run["jobs"].append({"job_id": job["jobId"], "submitted": utc_now(), "job_queue": last["job_queue"],
                                 "job_definition": last["job_definition"], "image": last.get("image")})
             ids.append(job["jobId"])
             print(f"{job['jobId']}\t{job['jobName']}", flush=True)
             print(f"resubmitted {what}: job {last['job_id']} FAILED ({failure_of(jobs[last['job_id']])}), "
-                  f"now job {job['jobId']}", file=sys.stderr)
+                  f"now job {job['jobId']}, continuing run {run['run_id']} from its last checkpoint", file=sys.stderr)
     finally:
         where = save_manifest(manifest, path, s3) if ids else []
     if ids:
@@ -1307,7 +1402,7 @@ def collect(args: Collect) -> dict:
         if status != "SUCCEEDED":
             skipped["FAILED" if status == "FAILED" else f"unfinished ({status})"] += 1
             continue
-        bucket, folder = job_folder(manifest["runs_s3"], job_id)
+        bucket, folder = run_folder(manifest["runs_s3"], run)
         try:
             marker = json.loads(s3.get_object(Bucket=bucket, Key=folder + MARKER)["Body"].read())
         except ClientError as e:

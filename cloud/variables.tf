@@ -92,6 +92,17 @@ variable "root_volume_gib" {
   }
 }
 
+variable "root_volume_throughput" {
+  description = "Throughput (MiB/s) of every instance's gp3 root volume, where a run writes its checkpoints: 125 is gp3's baseline, free; each MiB/s above costs extra (docs/cloud.md, Large checkpoints: 500 lets PPG's 6 GiB signal checkpoint or a DQN --save-buffer one be written and uploaded within a Spot notice's two minutes)."
+  type        = number
+  default     = 125
+  validation {
+    # gp3 allows 125-1000 MiB/s, at most 0.25 MiB/s per provisioned IOPS: iops below keeps to that
+    condition     = var.root_volume_throughput >= 125 && var.root_volume_throughput <= 1000
+    error_message = "root_volume_throughput must be between 125 and 1000 (MiB/s, gp3)."
+  }
+}
+
 variable "unplaceable_job_cancel_seconds" {
   description = "A job RUNNABLE this long although no instance of its compute environment can ever hold it (it asks for more vCPUs, memory or GPUs than any instance type has, or than max_vcpus allows) is cancelled, instead of waiting forever (600-86400)."
   type        = number

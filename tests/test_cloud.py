@@ -1356,12 +1356,16 @@ def test_submit_one_job_per_script_env_and_seed(cli_infra, aws, capsys, monkeypa
         "resourceRequirements"
     ] == [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "8192"}]
     assert job["timeout"] == {"attemptDurationSeconds": 600}
-    # W&B credentials travel in the job's environment (next to the definition's own variables)
-    assert env_of(job) == {
+    # W&B credentials travel in the job's environment (next to the definition's own variables), with the run's id
+    # and its time limit (tests/test_cloud_runs.py)
+    env = env_of(job)
+    assert env.pop("CLEANRL_RUN_ID").endswith("/dqn-ALE-Pong-v5-s2")
+    assert env == {
         "WANDB_API_KEY": SECRET,
         "WANDB_ENTITY": "my-team",
         "PYTHONUNBUFFERED": "1",
         "CLEANRL_RUNS_S3": "s3://cleanrl-runs-123456789012-us-east-1/runs",  # the job definition's
+        "CLEANRL_TIME_LIMIT_SECONDS": "600",
     }
 
     # wait: every job reaches a terminal status; the summary goes to stdout, progress to stderr
@@ -1430,6 +1434,8 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
         "cleanrl-cpu-spot",
     )
     batch = boto(aws, "batch")
+    run_id = submit.run_id_of(sent[0][1])  # a new run's (tests/test_cloud_runs.py)
+    assert run_id.startswith("cleanrl-multinode-")
     # moto neither keeps nor describes nodeOverrides: check what was sent
     assert sent[0][1]["nodeOverrides"] == {
         "numNodes": 3,
@@ -1443,7 +1449,8 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
                         {"type": "MEMORY", "value": "56000"},
                         {"type": "GPU", "value": "2"},
                     ],
-                    "environment": [{"name": "WANDB_API_KEY", "value": SECRET}],
+                    "environment": [{"name": "WANDB_API_KEY", "value": SECRET},
+                                    {"name": "CLEANRL_RUN_ID", "value": run_id}],
                 },
             }
         ],

@@ -163,7 +163,7 @@ def wait_for(condition, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def kill_midway(moto, job: dict, cwd: Path) -> None:
+def kill_midway(moto, job: dict, cwd: Path, run_id: str) -> None:
     """A container that dies mid-run (kill -9, as the OOM killer does) after the periodic sync has uploaded the
     run's first event file: S3 holds a started run without the completion marker, and the job FAILED (exit 137)."""
     proc = start_container(moto, job, cwd, sync_seconds="0.2")
@@ -173,7 +173,7 @@ def kill_midway(moto, job: dict, cwd: Path) -> None:
         # freeze the script (not durable.py, which goes on syncing) long before it could finish
         for pid in children_of(proc.pid):
             os.kill(pid, signal.SIGSTOP)
-        prefix = f"runs/{job['jobId']}/runs/"
+        prefix = f"runs/{run_id}/runs/"
         wait_for(lambda: any("events.out.tfevents" in k for k in s3_keys(moto, prefix)), "event file in S3")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the container's processes, the stopped script included
@@ -245,7 +245,7 @@ def test_sweep_status_resubmit_collect_and_report(aws, tmp_path, capsys):
     children = [describe(aws, run["jobs"][0]["job_id"]) for run in runs]
     doomed = children[1]
     assert runs[1]["seed"] == 2 and doomed["parameters"]["script"].startswith("python cleanrl/ppo.py")
-    kill_midway(aws, doomed, work / folder_name(doomed["jobId"]))
+    kill_midway(aws, doomed, work / folder_name(doomed["jobId"]), runs[1]["run_id"])
     run_jobs(aws, [job for job in children if job is not doomed], work)
 
     statuses = cli("status", "tiny")
@@ -256,8 +256,9 @@ def test_sweep_status_resubmit_collect_and_report(aws, tmp_path, capsys):
     assert (f"FAILED: ppo.py CartPole-v1 seed 2, job {doomed['jobId']}: Essential container in task exited, exit "
             "code 137") in err
 
-    # collect leaves the failed run out, although S3 holds its first event file
-    assert any("events.out.tfevents" in k for k in s3_keys(aws, f"runs/{doomed['jobId']}/"))
+    # collect leaves the failed run out, although S3 holds its first event file (in the run's folder, by its run id)
+    assert runs[1]["run_id"] == "tiny/ppo-CartPole-v1-s2"
+    assert any("events.out.tfevents" in k for k in s3_keys(aws, "runs/tiny/ppo-CartPole-v1-s2/"))
     first = cli("collect", "tiny")
     assert len(first["collected"]) == 11 and first["skipped"] == {"FAILED": 1}
     assert "collected 11 of 12 runs into sweeps/tiny" in capsys.readouterr().err
@@ -295,7 +296,7 @@ def test_sweep_status_resubmit_collect_and_report(aws, tmp_path, capsys):
         record = read_kept(out / Path(run["script"]).stem / run["env_id"] / f"seed{run['seed']}.json")
         assert record["job_id"] == job_id and record["sweep"] == "tiny"
         # the command the job ran (durable.py's marker) is the one the manifest recorded
-        marker = json.loads(s3_object(aws, f"s3://{BUCKET}/runs/{job_id}/cleanrl-complete.json"))
+        marker = json.loads(s3_object(aws, f"s3://{BUCKET}/runs/{run['run_id']}/cleanrl-complete.json"))
         assert record["command"] == marker["command"] == shlex.split(run["command"])
         assert record["finished"] == marker["finished"] and record["total_timesteps"] == 2048
         assert record["episodes"]["step"] and 1900 < record["last_step"] <= 2048
@@ -320,25 +321,30 @@ def test_sweep_status_resubmit_collect_and_report(aws, tmp_path, capsys):
     ]
     assert "Skipped" not in proc.stdout and (tmp_path / "from_kept" / "CartPole-v1.png").is_file()
 
-    # a plain copy of the runs bucket (as `aws s3 sync s3://BUCKET/runs raw` makes) holds the failed job's started run:
-    # left out as unfinished. A copy of a finished run that ended earlier is a duplicate: the later one counts.
+    # a plain copy of the runs bucket (as `aws s3 sync s3://BUCKET/runs raw` makes): a started run without its
+    # marker is left out as unfinished (the failed job's was deleted when its resubmission started the run again, so
+    # one is made here). A copy of a finished run that ended earlier is a duplicate: the later one counts.
     raw = tmp_path / "raw"
     s3 = boto(aws, "s3")
     for key in s3_keys(aws, "runs/"):
         (raw / key[len("runs/"):]).parent.mkdir(parents=True, exist_ok=True)
         s3.download_file(BUCKET, key, str(raw / key[len("runs/"):]))
+    rerun = raw / "tiny" / "ppo-CartPole-v1-s2"
     copy = raw / "an-earlier-attempt"
-    shutil.copytree(raw / again, copy)
+    shutil.copytree(rerun, copy)
+    unfinished = raw / "an-unfinished-attempt"
+    shutil.copytree(rerun, unfinished)
+    (unfinished / "cleanrl-complete.json").unlink()
     (copy / "cleanrl-complete.json").write_text(json.dumps({"exit_status": 0, "finished": "2000-01-01T00:00:00Z"}))
     proc = report("--results", str(raw), "--out", "from_raw", "--bootstrap-reps", "100", cwd=tmp_path)
     raw_rows = summary_rows(tmp_path / "from_raw")
     assert [row[:4] for row in raw_rows] == [(e, f"raw/{s}", "3", "1 2 3") for e in sorted(ENVS) for s in ("dqn", "ppo")]
     for kept_row, raw_row in zip(kept_rows, raw_rows):
         assert raw_row[4] == pytest.approx(kept_row[4], abs=1e-3)  # the records keep returns to 4 decimals
-    (failed_run,) = (raw / doomed["jobId"] / "runs").iterdir()
+    (failed_run,) = (unfinished / "runs").iterdir()
     assert f"Skipped 1 unfinished run (no completion marker beside its runs/ folder): {failed_run}." in proc.stdout
     (copied_run,) = (copy / "runs").iterdir()
-    (latest_run,) = (raw / again / "runs").iterdir()
+    (latest_run,) = (rerun / "runs").iterdir()
     assert f"Skipped 1 duplicate run (the same label, env id and seed as a run that finished later, which is read " \
            f"instead): {copied_run} (read {latest_run})." in proc.stdout
 
@@ -401,7 +407,9 @@ def test_a_damaged_completion_marker_is_skipped_in_one_line(aws, tmp_path, capsy
     """The marker comes from the bucket: one that is not JSON is counted as skipped, not trusted, and no traceback."""
     (job_id,) = cli("submit", "--no-build", "--job-queue", QUEUE, "--sweep", "damaged")
     assert aws.job_exited(job_id, 0) == "SUCCEEDED"
-    boto(aws, "s3").put_object(Bucket=BUCKET, Key=f"runs/{job_id}/{submit.MARKER}", Body=b'{"finished": tr')
+    # the run's folder is keyed by its run id, SWEEP/SCRIPT-ENV_ID-sSEED
+    boto(aws, "s3").put_object(Bucket=BUCKET, Key=f"runs/damaged/ppo-CartPole-v1-s1/{submit.MARKER}",
+                               Body=b'{"finished": tr')
     capsys.readouterr()
     cli("collect", "damaged", "--out", str(tmp_path / "home"))
     err = capsys.readouterr().err

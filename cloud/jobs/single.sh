@@ -17,6 +17,9 @@ code="${CLEANRL_CODE:-/workspace}"
 # Each child of an array job gets the same parameters: its index offsets the seed, so an array of N
 # children runs seeds SEED..SEED+N-1. A plain job has no index and runs SEED.
 seed=$((seed + ${AWS_BATCH_JOB_ARRAY_INDEX:-0}))
+# The run's identity, by which cloud/durable.py keys its S3 folder: cloud/submit.py gives it as SWEEP/NAME-s{seed},
+# the seed filled in here (an array child's own).
+if [ -n "${CLEANRL_RUN_ID:-}" ]; then export CLEANRL_RUN_ID="${CLEANRL_RUN_ID//\{seed\}/${seed}}"; fi
 echo "cleanrl job: ${script} --env-id ${env_id} --total-timesteps ${total_timesteps} --seed ${seed}" >&2
 eval "exec python \"\${code}/cloud/durable.py\" -- ${script} --env-id \"\${env_id}\" \
   --total-timesteps \"\${total_timesteps}\" --seed \"\${seed}\" \
