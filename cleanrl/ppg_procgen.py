@@ -107,8 +107,7 @@ class Args:
 
 
 def derive_sizes(args: Args) -> tuple[int, int, int]:
-    """(batch_size, minibatch_size, num_iterations: whole policy phases), which follow from the flags (checked
-    here; each flag's own range is declared beside it, in its type)."""
+    """(batch_size, minibatch_size, num_iterations of whole phases) from the flags, checked (ranges: in their types)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
@@ -246,11 +245,9 @@ def compute_gae(
 class AuxBuffer:
     """Every observation of one policy phase, with its value target and, before distillation, pi_old's logits.
 
-    Stored rollout-major: row r = iteration * num_envs + env holds that env's num_steps consecutive
-    observations from that iteration, so an auxiliary minibatch of whole rollouts is one index on dim 0.
-    Observations stay uint8 (3x64x64 bytes each); the size follows from the flags (on the meta device
-    it has shapes but no memory: the memory check).
-    """
+    Stored rollout-major: row r = iteration * num_envs + env holds that env's num_steps consecutive observations from
+    that iteration, so an auxiliary minibatch of whole rollouts is one index on dim 0. Observations stay uint8 (3x64x64
+    bytes each); the size follows from the flags (on the meta device it has shapes but no memory: the memory check)."""
 
     def __init__(self, n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int,
                  device="cpu"):
@@ -316,28 +313,23 @@ class AuxPosition:
     minibatches of `size` whole rollouts in a new shuffled order. A checkpoint taken inside the phase saves it (as
     "aux_phase"); the resumed run passes it back and goes on at the next minibatch, bit for bit."""
 
-    num_rollouts: int
+    order: np.ndarray  # the buffer's rollouts in this epoch's order
     size: int  # rollouts per minibatch (--num-aux-rollouts)
     epochs: int  # E_aux
     epoch: int = -1  # -1 while recording pi_old
     start: int = 0  # the next minibatch's first index into `order`
-    order: np.ndarray = None  # the rollouts in this epoch's order
     losses: list = field(default_factory=list)  # (kl_loss, aux_value_loss, value_loss) of each chunk of the last epoch
 
-    def __post_init__(self):
-        self.order = np.arange(self.num_rollouts) if self.order is None else self.order
-
     def minibatches(self, epoch: int) -> Iterator[np.ndarray]:
-        """The minibatches (rollout indices) of `epoch` still to run: all of a new epoch, whose order a distillation
-        epoch shuffles first (np.random, as the PPG code); the rest of the epoch a resumed run stopped in; none of an
-        earlier one."""
+        """The minibatches (rollout indices) of `epoch` still to run: all of a new epoch (a distillation epoch shuffles
+        the order first, with np.random as the PPG code), the rest of the one a resumed run stopped in."""
+        if epoch < self.epoch:
+            return
         if epoch > self.epoch:
             self.epoch, self.start = epoch, 0
-        elif epoch < self.epoch:
-            return
         if epoch >= 0 and self.start == 0:
             np.random.shuffle(self.order)
-        while self.start < self.num_rollouts:
+        while self.start < len(self.order):
             self.start += self.size
             yield self.order[self.start - self.size : self.start]
 
@@ -346,7 +338,7 @@ class AuxPosition:
 
     def during(self) -> str:
         """How far the phase has come, for the progress line."""
-        return f"auxiliary phase: {self.part()}, {100 * min(self.start, self.num_rollouts) // self.num_rollouts}%"
+        return f"auxiliary phase: {self.part()}, {100 * min(self.start, len(self.order)) // len(self.order)}%"
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "start": self.start, "order": torch.from_numpy(self.order.copy()),
@@ -354,10 +346,10 @@ class AuxPosition:
 
     @classmethod
     def resumed(cls, saved: dict, size: int, epochs: int) -> "AuxPosition":
-        position = cls(len(saved["order"]), size, epochs, saved["epoch"], saved["start"], saved["order"].numpy().copy(),
+        position = cls(saved["order"].numpy().copy(), size, epochs, saved["epoch"], saved["start"],
                        list(saved["losses"]))
         messages.say(f"continuing the auxiliary phase: {position.part()}, from rollout {position.start}/"
-                     f"{position.num_rollouts}")
+                     f"{len(position.order)}")
         return position
 
 
@@ -368,26 +360,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, denominator: Optional[torch
     return (x * mask).sum() / count.clamp(min=1)
 
 
-def aux_losses(logits: torch.Tensor, aux_values: torch.Tensor, values: torch.Tensor, old_logits: torch.Tensor,
-               returns: torch.Tensor, mask: torch.Tensor, denominator: Optional[torch.Tensor] = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Auxiliary-phase losses over flat observations: (kl_loss, aux_value_loss, value_loss).
-
-    L^joint = aux_value_loss + beta_clone * kl_loss, Eq. (2), Cobbe et al. 2021, trains the policy network:
-    KL[pi_old(.|s) || pi_theta(.|s)] keeps the policy while its auxiliary head fits the value targets.
-    L^value = value_loss, Eq. (3), trains the value network again on the same targets.
-    """
-    old_logp = torch.log_softmax(old_logits, dim=-1)
-    new_logp = torch.log_softmax(logits, dim=-1)
-    kl = (old_logp.exp() * (old_logp - new_logp)).sum(-1)
-    kl_loss = masked_mean(kl, mask, denominator)
-    aux_value_loss = 0.5 * masked_mean((aux_values - returns) ** 2, mask, denominator)
-    value_loss = 0.5 * masked_mean((values - returns) ** 2, mask, denominator)
-    return kl_loss, aux_value_loss, value_loss
-
-
-def policy_objective(logits: torch.Tensor, mb_actions: torch.Tensor, mb_logprobs: torch.Tensor, mb_advantages: torch.Tensor,
-                mb_mask: torch.Tensor, args: Args) -> tuple[torch.Tensor, ...]:
+def policy_objective(logits: torch.Tensor, mb_actions: torch.Tensor, mb_logprobs: torch.Tensor,
+                     mb_advantages: torch.Tensor, mb_mask: torch.Tensor, args: Args) -> tuple[torch.Tensor, ...]:
     """The policy phase's policy objective on one padded minibatch, every mean over its real transitions (mb_mask):
     (pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac); the network minimizes pg_loss - ent_coef * entropy."""
     # No argument validation (here and in the rollout): it would stop a diverged run with a traceback before the
@@ -414,7 +388,7 @@ def policy_objective(logits: torch.Tensor, mb_actions: torch.Tensor, mb_logprobs
 
 
 def value_objective(newvalue: torch.Tensor, mb_returns: torch.Tensor, mb_values: torch.Tensor, mb_mask: torch.Tensor,
-               args: Args) -> torch.Tensor:
+                    args: Args) -> torch.Tensor:
     """The policy phase's value loss on one padded minibatch (clipped with --clip-vloss, as the PPO paper's code)."""
     if args.clip_vloss:
         v_loss_unclipped = (newvalue - mb_returns) ** 2
@@ -423,13 +397,30 @@ def value_objective(newvalue: torch.Tensor, mb_returns: torch.Tensor, mb_values:
     return 0.5 * masked_mean((newvalue - mb_returns) ** 2, mb_mask)  # L^value, Eq. (3), Cobbe et al. 2021
 
 
+def aux_losses(logits: torch.Tensor, aux_values: torch.Tensor, values: torch.Tensor, old_logits: torch.Tensor,
+               returns: torch.Tensor, mask: torch.Tensor, denominator: Optional[torch.Tensor] = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Auxiliary-phase losses over flat observations: (kl_loss, aux_value_loss, value_loss).
+
+    L^joint = aux_value_loss + beta_clone * kl_loss, Eq. (2), Cobbe et al. 2021, trains the policy network:
+    KL[pi_old(.|s) || pi_theta(.|s)] keeps the policy while its auxiliary head fits the value targets.
+    L^value = value_loss, Eq. (3), trains the value network again on the same targets.
+    """
+    old_logp = torch.log_softmax(old_logits, dim=-1)
+    new_logp = torch.log_softmax(logits, dim=-1)
+    kl = (old_logp.exp() * (old_logp - new_logp)).sum(-1)
+    kl_loss = masked_mean(kl, mask, denominator)
+    aux_value_loss = 0.5 * masked_mean((aux_values - returns) ** 2, mask, denominator)
+    value_loss = 0.5 * masked_mean((values - returns) ** 2, mask, denominator)
+    return kl_loss, aux_value_loss, value_loss
+
+
 def auxiliary_phase(aux: AuxBuffer, position: AuxPosition, policy: PolicyNetwork, optimizer: optim.Optimizer,
-                    aux_update: Callable, safe_point: Callable[[], None], args: Args, device: torch.device) -> dict:
+                    aux_update: Callable, args: Args, device: torch.device, safe_point: Callable[[], None]) -> dict:
     """AUXILIARY PHASE (Algorithm 1), after a policy phase's last iteration: record pi_old on every observation of the
     buffer, then E_aux epochs of L^joint (policy network) and L^value (value network) over minibatches of whole
-    rollouts, one optimizer step each (aux_update). It takes hours on a CPU, so it goes on from `position` (a resumed
-    run's) and calls safe_point() after each minibatch: a checkpoint of the position on a signal, and exit.
-    Returns the means of the losses over the last epoch's minibatches."""
+    rollouts. It takes hours on a CPU, so it goes on from `position` (a resumed run's) and calls safe_point() after
+    each minibatch (on a signal: a checkpoint, and exit). Returns the mean losses of the last epoch's minibatches."""
     aux.distilling = True
     with torch.no_grad():  # pi_old(.|s) for every s in the buffer
         for rollouts in position.minibatches(-1):
@@ -490,8 +481,7 @@ def rollout_storage(num_steps: int, num_envs: int, device) -> tuple[torch.Tensor
 
 
 def check_memory(args: Args) -> None:
-    """Fail in one line before any work when the rollout storage or the host's auxiliary buffer would not fit: their
-    bytes from their shapes and dtypes (tensors on the meta device take no memory)."""
+    """Fail in one line if the rollout storage or the auxiliary buffer won't fit (on the meta device: no memory)."""
     speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", speed.nbytes(rollout_storage(
         args.num_steps, args.num_envs, "meta")), "a rollout storage", cuda=args.cuda)
     speed.check_memory(f"--n-iteration {args.n_iteration} x --num-envs {args.num_envs} x --num-steps "
@@ -509,19 +499,14 @@ if __name__ == "__main__":
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 
-    # env setup: the envs take the actions as a tensor and return tensors on the device; the rewards the update learns
-    # from are normalized on the host (--norm-reward)
+    # env setup: actions in and observations, rewards (normalized: --norm-reward) and dones out as device tensors
     envs, reward_normalizer = procgen_envs.training_envs(env_id, args, run)
     obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
 
     policy = PolicyNetwork(obs_shape, n_actions).to(device)
     value_net = ValueNetwork(obs_shape).to(device)
     params = list(policy.parameters()) + list(value_net.parameters())
-    # One Adam over both networks (PPG code); torch's default eps=1e-8 as in the reference. The learning rate is a
-    # tensor updated in place, so a compiled update reads the annealed value instead of recompiling for every new
-    # float; capturable (on CUDA) keeps Adam's step count on the device, for CUDA graphs; fused: one kernel.
-    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device),
-                           capturable=speed.gpu_path(device), fused=True)
+    optimizer = speed.adam(params, args.learning_rate, device, eps=1e-8)  # one Adam over both networks (PPG code)
 
     obs, actions, logprobs, rewards, dones, values, valid = rollout_storage(args.num_steps, args.num_envs, device)
     staging = speed.PinnedStaging(device)  # minibatch indices reach the device without a synchronisation
@@ -536,8 +521,7 @@ if __name__ == "__main__":
     next_obs = torch.as_tensor(next_obs, device=device)
     prev_done = torch.zeros(args.num_envs, dtype=torch.bool, device=device)  # the previous step ended an episode
 
-    # --amp: the networks' forward passes run under bf16 autocast (a no-op without the flag); distributions and losses
-    # are computed in float32 from the outputs' .float().
+    # --amp: the forward passes under bf16 autocast (else a no-op); distributions and losses in float32 (.float())
     def autocast():
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp)
 
@@ -551,19 +535,17 @@ if __name__ == "__main__":
             action = probs.sample()
         return action, probs.log_prob(action), value.float()
 
-    # Never compiled, even inside a compiled update: a compiled Adam step is specialized to which parameters have
-    # gradients, and the auxiliary value head has one only in the auxiliary phase (a recompilation between phases).
-    @torch.compiler.disable(reason="an optimizer step, kept out of dynamo (see above)")
+    # never compiled: a compiled Adam step would recompile between phases (the aux head has a gradient in one only)
+    @torch.compiler.disable(reason="an optimizer step, kept out of dynamo")
     def clipped_step() -> None:
         nn.utils.clip_grad_norm_(params, args.max_grad_norm)
         optimizer.step()
 
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_mask, train_policy: bool,
                train_value: bool) -> tuple[torch.Tensor, ...]:
-        """One policy-phase gradient step on one minibatch, padded to minibatch_size so that every call has one shape
-        (mb_mask marks its real transitions): the policy objective while train_policy, the value objective while
-        train_value. Returns (pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac, v_loss), detached (0 for
-        an objective not trained)."""
+        """One policy-phase gradient step on one minibatch (padded to minibatch_size, so every call has one shape;
+        mb_mask marks its real transitions): the policy objective while train_policy, the value one while train_value.
+        Returns (pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac, v_loss), detached (0 if not trained)."""
         optimizer.zero_grad()
         zero = torch.zeros((), device=mb_obs.device)
         loss = pg_loss = entropy_loss = old_approx_kl = approx_kl = clipfrac = v_loss = zero
@@ -604,12 +586,9 @@ if __name__ == "__main__":
     aux_update = speed.speed_up(aux_update, args)
 
     def distill(iteration: int, position: AuxPosition) -> None:
-        """The auxiliary phase that ends `iteration`, from `position`; on a signal between two of its minibatches, a
-        checkpoint that holds the position (--save-model), and exit. Its losses are logged and checked."""
-        def safe_point() -> None:
-            run.safe_point(iteration, global_step, next_obs, lambda: {"aux_phase": position.state_dict()},
-                           position.during())
-        aux_logged = auxiliary_phase(aux, position, policy, optimizer, aux_update, safe_point, args, device)
+        """The auxiliary phase ending `iteration`, from `position` (a signal's checkpoint saves it); logs its losses."""
+        aux_logged = auxiliary_phase(aux, position, policy, optimizer, aux_update, args, device, lambda: run.safe_point(
+            iteration, global_step, next_obs, lambda: {"aux_phase": position.state_dict()}, position.during()))
         for key, value in aux_logged.items():
             writer.add_scalar(key, value, global_step)
         run.check_finite(aux_logged, global_step, f"iteration {iteration}")
@@ -729,7 +708,7 @@ if __name__ == "__main__":
         aux.store(phase_iteration, obs, returns, valid)
 
         if phase_iteration == args.n_iteration - 1:
-            distill(iteration, AuxPosition(aux.num_rollouts, args.num_aux_rollouts, args.e_auxiliary))
+            distill(iteration, AuxPosition(np.arange(aux.num_rollouts), args.num_aux_rollouts, args.e_auxiliary))
 
         # the safe point between iterations (the phase's last one after its auxiliary phase): progress; a checkpoint
         # every --checkpoint-frequency iterations or on SIGTERM
