@@ -276,11 +276,6 @@ if __name__ == "__main__":
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     environments.envpool_atari_id(args.env_id)
     scan = args.loops == "scan" or args.loops == "auto" and jax.default_backend() != "cpu"
-    # the storage below, per step of each env: a uint8 4x84x84 observation, an int32 action, 7 float32 and 2 bools,
-    # the advantages and returns, a minibatch index (twice: the update's shuffled copy)
-    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
-                       2 * batch_size * (4 * 84 * 84 + 4 + 36 + 2 + 4), "a rollout storage",
-                       cuda=jax.default_backend() == "gpu")
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     writer = run.writer
 
@@ -443,6 +438,18 @@ if __name__ == "__main__":
 
     rollout = jax.jit(rollout_scan) if scan else rollout_python
     update = jax.jit(update_scan, donate_argnums=(0, 1)) if scan else update_python
+
+    def iteration_storage(params, carry: EnvCarry, key):
+        """What an iteration holds at once: the rollout, the update's flat batch and an epoch's shuffled copy of it."""
+        stored = rollout_scan(params, carry, key)[2]
+        batch = flat_batch(stored, *advantages_of(params, carry, stored))
+        return stored, batch, shuffled_minibatches(batch, key)[1]
+
+    # its memory, from the shapes and dtypes jax.eval_shape finds by tracing the functions (nothing runs or compiles);
+    # a fresh run that would not fit leaves no run directory (run.abandon)
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
+                       speed.nbytes(jax.tree.leaves(jax.eval_shape(iteration_storage, params, carry, key))),
+                       "a rollout storage", cuda=jax.default_backend() == "gpu", abandon=run.abandon)
 
     for iteration in range(start_iteration, num_iterations + 1):
         lr = args.learning_rate * (1.0 - (iteration - 1.0) / num_iterations if args.anneal_lr else 1.0)

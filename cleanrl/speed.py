@@ -241,8 +241,10 @@ def adam(params, lr: float, device: torch.device, eps: float = 1e-8) -> torch.op
 
 
 def nbytes(tensors) -> int:
-    """The bytes `tensors` take, or would take: tensors on the meta device have shapes and dtypes but no memory."""
-    return sum(t.element_size() * t.nelement() for t in tensors)
+    """The bytes `tensors` take, or would take: tensors on the meta device have shapes and dtypes but no memory, as
+    have the jax.ShapeDtypeStruct leaves of jax.eval_shape's output (JAX arrays count too)."""
+    return sum(t.element_size() * t.nelement() if isinstance(t, torch.Tensor) else t.size * t.dtype.itemsize
+               for t in tensors)
 
 
 def available_memory(cuda: bool = False) -> tuple[int, str]:
@@ -262,10 +264,14 @@ def available_memory(cuda: bool = False) -> tuple[int, str]:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
 
 
-def check_memory(flags: str, nbytes: int, what: str = "a replay memory", cuda: bool = False) -> None:
+def check_memory(flags: str, nbytes: int, what: str = "a replay memory", cuda: bool = False,
+                 abandon: Optional[Callable[[], None]] = None) -> None:
     """Fail in one line, before any work starts, when an allocation the flags size (`what`, `nbytes`) exceeds the
-    memory available to it (available_memory: the GPU's with cuda, where the run uses one)."""
+    memory available to it (available_memory: the GPU's with cuda, where the run uses one). A check made once the run
+    has started passes `abandon` (Run.abandon), called first, so a fresh run leaves nothing behind."""
     have, whose = available_memory(cuda)
     if nbytes > have:
+        if abandon is not None:
+            abandon()
         fail(f"{flags} asks for {what} of {nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB); {whose} {have:,} bytes "
              f"({have / 2**30:,.1f} GiB) available")
