@@ -264,14 +264,10 @@ def available_memory(cuda: bool = False) -> tuple[int, str]:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
 
 
-def check_memory(flags: str, nbytes: int, what: str = "a replay memory", cuda: bool = False,
-                 abandon: Optional[Callable[[], None]] = None) -> None:
+def check_memory(flags: str, nbytes: int, what: str = "a replay memory", cuda: bool = False) -> None:
     """Fail in one line, before any work starts, when an allocation the flags size (`what`, `nbytes`) exceeds the
-    memory available to it (available_memory: the GPU's with cuda, where the run uses one). A check made once the run
-    has started passes `abandon` (Run.abandon), called first, so a fresh run leaves nothing behind."""
+    memory available to it (available_memory: the GPU's with cuda, where the run uses one)."""
     have, whose = available_memory(cuda)
     if nbytes > have:
-        if abandon is not None:
-            abandon()
         fail(f"{flags} asks for {what} of {nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB); {whose} {have:,} bytes "
              f"({have / 2**30:,.1f} GiB) available")
