@@ -447,8 +447,9 @@ def auxiliary_phase(aux: AuxBuffer, position: AuxPosition, policy: PolicyNetwork
     # a minibatch's loss is the sum of its chunks'; the means come to the host once per phase
     num_minibatches = -(-aux.num_rollouts // args.num_aux_rollouts)
     kl_mean, aux_value_mean, value_mean = (torch.stack(position.losses).sum(0) / num_minibatches).tolist()
-    return {"losses/aux_kl_loss": kl_mean, "losses/aux_pi_value_loss": aux_value_mean,
-            "losses/aux_value_loss": value_mean}
+    aux_logged = {"losses/aux_kl_loss": kl_mean, "losses/aux_pi_value_loss": aux_value_mean,
+                  "losses/aux_value_loss": value_mean}
+    return aux_logged
 
 
 def evaluate(policy: PolicyNetwork, args: Args, run_name: str, device: torch.device) -> list[float]:
