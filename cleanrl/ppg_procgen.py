@@ -15,8 +15,8 @@ Run:
     python cleanrl/ppg_procgen.py --help
 """
 
-from dataclasses import dataclass
-from typing import Literal, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Literal, Optional
 
 import numpy as np
 import torch
@@ -24,8 +24,6 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
-import atari_envs
-import environments
 import evaluation
 import messages
 import procgen_envs
@@ -108,9 +106,8 @@ class Args:
         return procgen_id(self)
 
 
-def derive_sizes(args: Args) -> tuple[int, int, int, int]:
-    """(batch_size, minibatch_size, num_phases, aux_minibatches_per_epoch), which follow from the flags (checked
-    here; each flag's own range is declared beside it, in its type)."""
+def derive_sizes(args: Args) -> tuple[int, int, int]:
+    """(batch_size, minibatch_size, num_iterations of whole phases) from the flags, checked (ranges: in their types)."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         fail(f"the batch (--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}) "
@@ -125,7 +122,7 @@ def derive_sizes(args: Args) -> tuple[int, int, int, int]:
              f"--n-aux-grad-accum {args.n_aux_grad_accum}")
     num_phases = whole_iterations(args.total_timesteps, batch_size * args.n_iteration,
                                           f"one phase (--n-iteration {args.n_iteration} batches)")
-    return batch_size, batch_size // args.num_minibatches, num_phases, -(-aux_rollouts // args.num_aux_rollouts)
+    return batch_size, batch_size // args.num_minibatches, num_phases * args.n_iteration
 
 
 def procgen_id(args: Args) -> str:
@@ -248,11 +245,9 @@ def compute_gae(
 class AuxBuffer:
     """Every observation of one policy phase, with its value target and, before distillation, pi_old's logits.
 
-    Stored rollout-major: row r = iteration * num_envs + env holds that env's num_steps consecutive
-    observations from that iteration, so an auxiliary minibatch of whole rollouts is one index on dim 0.
-    Observations stay uint8 (3x64x64 bytes each); the size follows from the flags (on the meta device
-    it has shapes but no memory: the memory check).
-    """
+    Stored rollout-major: row r = iteration * num_envs + env holds that env's num_steps consecutive observations from
+    that iteration, so an auxiliary minibatch of whole rollouts is one index on dim 0. Observations stay uint8 (3x64x64
+    bytes each); the size follows from the flags (on the meta device it has shapes but no memory: the memory check)."""
 
     def __init__(self, n_iteration: int, num_envs: int, num_steps: int, obs_shape: tuple, n_actions: int,
                  device="cpu"):
@@ -312,11 +307,94 @@ class AuxBuffer:
         return tuple(t[rollouts].flatten(0, 1).to(device) for t in tensors)
 
 
+@dataclass
+class AuxPosition:
+    """Where an auxiliary phase is: the pass that records pi_old (epoch -1), then E_aux distillation epochs, each over
+    minibatches of `size` whole rollouts in a new shuffled order. A checkpoint taken inside the phase saves it (as
+    "aux_phase"); the resumed run passes it back and goes on at the next minibatch, bit for bit."""
+
+    order: np.ndarray  # the buffer's rollouts in this epoch's order
+    size: int  # rollouts per minibatch (--num-aux-rollouts)
+    epochs: int  # E_aux
+    epoch: int = -1  # -1 while recording pi_old
+    start: int = 0  # the next minibatch's first index into `order`
+    losses: list = field(default_factory=list)  # (kl_loss, aux_value_loss, value_loss) of each chunk of the last epoch
+
+    def minibatches(self, epoch: int) -> Iterator[np.ndarray]:
+        """The minibatches (rollout indices) of `epoch` still to run: all of a new epoch (a distillation epoch shuffles
+        the order first, with np.random as the PPG code), the rest of the one a resumed run stopped in."""
+        if epoch < self.epoch:
+            return
+        if epoch > self.epoch:
+            self.epoch, self.start = epoch, 0
+        if epoch >= 0 and self.start == 0:
+            np.random.shuffle(self.order)
+        while self.start < len(self.order):
+            self.start += self.size
+            yield self.order[self.start - self.size : self.start]
+
+    def part(self) -> str:
+        return "recording pi_old" if self.epoch == -1 else f"epoch {self.epoch + 1}/{self.epochs}"
+
+    def during(self) -> str:
+        """How far the phase has come, for the progress line."""
+        return f"auxiliary phase: {self.part()}, {100 * min(self.start, len(self.order)) // len(self.order)}%"
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "start": self.start, "order": torch.from_numpy(self.order.copy()),
+                "losses": torch.stack(self.losses).cpu() if self.losses else torch.zeros(0, 3)}
+
+    @classmethod
+    def resumed(cls, saved: dict, size: int, epochs: int) -> "AuxPosition":
+        position = cls(saved["order"].numpy().copy(), size, epochs, saved["epoch"], saved["start"],
+                       list(saved["losses"]))
+        messages.say(f"continuing the auxiliary phase: {position.part()}, from rollout {position.start}/"
+                     f"{len(position.order)}")
+        return position
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, denominator: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Mean of x over mask (the reset steps of NEXT_STEP autoreset are not transitions); `denominator`
     overrides the count, so chunks of one minibatch sum to the minibatch's mean."""
     count = mask.sum() if denominator is None else denominator
     return (x * mask).sum() / count.clamp(min=1)
+
+
+def policy_objective(logits: torch.Tensor, mb_actions: torch.Tensor, mb_logprobs: torch.Tensor,
+                     mb_advantages: torch.Tensor, mb_mask: torch.Tensor, args: Args) -> tuple[torch.Tensor, ...]:
+    """The policy phase's policy objective on one padded minibatch, every mean over its real transitions (mb_mask):
+    (pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac); the network minimizes pg_loss - ent_coef * entropy."""
+    # No argument validation (here and in the rollout): it would stop a diverged run with a traceback before the
+    # once-per-iteration non-finite check can name the step and the quantity.
+    probs = Categorical(logits=logits, validate_args=False)
+    newlogprob, entropy = probs.log_prob(mb_actions), probs.entropy()
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+    with torch.no_grad():
+        # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
+        old_approx_kl = masked_mean(-logratio, mb_mask)
+        approx_kl = masked_mean((ratio - 1) - logratio, mb_mask)
+        clipfrac = masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_mask)
+    if not args.adv_norm_fullbatch:
+        # mean and (unbiased, as torch.std) standard deviation over the real transitions
+        adv_mean = masked_mean(mb_advantages, mb_mask)
+        adv_var = ((mb_advantages - adv_mean) ** 2 * mb_mask).sum() / (mb_mask.sum() - 1).clamp(min=1)
+        mb_advantages = (mb_advantages - adv_mean) / (adv_var.sqrt() + 1e-8)
+    # clipped surrogate objective, Eq. (7), Schulman et al. 2017 (L^clip in PPG's Eq. 1)
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_mask)
+    return pg_loss, masked_mean(entropy, mb_mask), old_approx_kl, approx_kl, clipfrac
+
+
+def value_objective(newvalue: torch.Tensor, mb_returns: torch.Tensor, mb_values: torch.Tensor, mb_mask: torch.Tensor,
+                    args: Args) -> torch.Tensor:
+    """The policy phase's value loss on one padded minibatch (clipped with --clip-vloss, as the PPO paper's code)."""
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        return 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2), mb_mask)
+    return 0.5 * masked_mean((newvalue - mb_returns) ** 2, mb_mask)  # L^value, Eq. (3), Cobbe et al. 2021
 
 
 def aux_losses(logits: torch.Tensor, aux_values: torch.Tensor, values: torch.Tensor, old_logits: torch.Tensor,
@@ -335,6 +413,45 @@ def aux_losses(logits: torch.Tensor, aux_values: torch.Tensor, values: torch.Ten
     aux_value_loss = 0.5 * masked_mean((aux_values - returns) ** 2, mask, denominator)
     value_loss = 0.5 * masked_mean((values - returns) ** 2, mask, denominator)
     return kl_loss, aux_value_loss, value_loss
+
+
+def auxiliary_phase(aux: AuxBuffer, position: AuxPosition, policy: PolicyNetwork, optimizer: optim.Optimizer,
+                    aux_update: Callable, args: Args, device: torch.device, safe_point: Callable[[], None]) -> dict:
+    """AUXILIARY PHASE (Algorithm 1), after a policy phase's last iteration: record pi_old on every observation of the
+    buffer, then E_aux epochs of L^joint (policy network) and L^value (value network) over minibatches of whole
+    rollouts. It takes hours on a CPU, so it goes on from `position` (a resumed run's) and calls safe_point() after
+    each minibatch (on a signal: a checkpoint, and exit). Returns the mean losses of the last epoch's minibatches."""
+    aux.distilling = True
+    with torch.no_grad():  # pi_old(.|s) for every s in the buffer
+        for rollouts in position.minibatches(-1):
+            m_obs = aux.batch(rollouts, device)[0]
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp):
+                old_logits = policy(m_obs)[0]
+            aux.set_old_logits(rollouts, old_logits.float())
+            safe_point()
+
+    chunk = args.num_aux_rollouts // args.n_aux_grad_accum  # rollouts per gradient-accumulation chunk
+    for epoch in range(args.e_auxiliary):
+        for mb_rollouts in position.minibatches(epoch):
+            mb_count = aux.valid[mb_rollouts].sum().to(device)
+            optimizer.zero_grad()
+            # (the last minibatch is smaller when the rollouts are no multiple of --num-aux-rollouts)
+            for c in range(0, len(mb_rollouts), chunk):
+                last_chunk = c + chunk >= len(mb_rollouts)  # takes the optimizer step
+                losses = aux_update(*aux.batch(mb_rollouts[c : c + chunk], device), mb_count, last_chunk)
+                if epoch == args.e_auxiliary - 1:
+                    position.losses.append(torch.stack(losses))
+            safe_point()
+    aux.distilling, aux.phases = False, aux.phases + 1
+
+    # a minibatch's loss is the sum of its chunks'; the means come to the host once per phase
+    num_minibatches = -(-aux.num_rollouts // args.num_aux_rollouts)
+    # (a resumed phase's rows from before the stop come from the checkpoint, on the host)
+    rows = [row.to(device) for row in position.losses]
+    kl_mean, aux_value_mean, value_mean = (torch.stack(rows).sum(0) / num_minibatches).tolist()
+    aux_logged = {"losses/aux_kl_loss": kl_mean, "losses/aux_pi_value_loss": aux_value_mean,
+                  "losses/aux_value_loss": value_mean}
+    return aux_logged
 
 
 def evaluate(policy: PolicyNetwork, args: Args, run_name: str, device: torch.device) -> list[float]:
@@ -366,66 +483,48 @@ def rollout_storage(num_steps: int, num_envs: int, device) -> tuple[torch.Tensor
     return obs, actions, logprobs, rewards, dones, values, valid
 
 
-if __name__ == "__main__":
-    args, checkpoint = runtime.parse_args(Args)
-    if args.eval_only is not None:
-        runtime.eval_only(args, "policy", lambda saved: make_policy(args, saved), evaluate)
-    env_id = procgen_id(args)  # before any other check, as a missing Qt runtime fails here
-    batch_size, minibatch_size, num_phases, aux_minibatches = derive_sizes(args)
-    num_iterations = num_phases * args.n_iteration
-    # the memory the rollout storage and the host's auxiliary buffer take, from their shapes and dtypes (on the meta
-    # device they take none)
+def check_memory(args: Args) -> None:
+    """Fail in one line if the rollout storage or the auxiliary buffer won't fit (on the meta device: no memory)."""
     speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}", speed.nbytes(rollout_storage(
         args.num_steps, args.num_envs, "meta")), "a rollout storage", cuda=args.cuda)
     speed.check_memory(f"--n-iteration {args.n_iteration} x --num-envs {args.num_envs} x --num-steps "
                        f"{args.num_steps}", AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, (3, 64, 64), 15,
                                                       "meta").nbytes(), "an auxiliary buffer")
+
+
+if __name__ == "__main__":
+    args, checkpoint = runtime.parse_args(Args)
+    if args.eval_only is not None:
+        runtime.eval_only(args, "policy", lambda saved: make_policy(args, saved), evaluate)
+    env_id = procgen_id(args)  # before any other check, as a missing Qt runtime fails here
+    batch_size, minibatch_size, num_iterations = derive_sizes(args)
+    check_memory(args)
     run = runtime.start(args, checkpoint, num_iterations, batch_size)
     device, writer = run.device, run.writer
 
-    # env setup. envpool's state cannot be saved: a resumed run builds its environments with the seed
-    # seed + global_step (seeds not used before), so the episodes in progress at the checkpoint are dropped.
-    threads, why = atari_envs.env_worker_threads(args.env_threads)
-    messages.say(f"environments: {args.num_envs} stepped together; {threads} envpool threads ({why}); "
-                 f"{torch.get_num_threads()} torch CPU threads")
-    # a resumed run counts its episodes from 0 again: its own file names keep it from overwriting earlier videos
-    video_prefix = "rl-video" if checkpoint is None else f"rl-video-resumed-at-{run.global_step}"
-    video = evaluation.VideoRecorder(f"videos/{run.name}", video_prefix) if args.capture_video else None
-    reward_normalizer = procgen_envs.RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
-    # the rewards the update learns from are normalized (on the host); the envs take the actions as a tensor and
-    # return tensors on the device (environments.OnDevice)
-    envs = procgen_envs.make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step, threads)
-    envs = environments.OnDevice(procgen_envs.HostSteps(envs, reward_normalizer, video), device)
-    obs_shape = envs.single_observation_space.shape
-    n_actions = int(envs.single_action_space.n)
+    # env setup: actions in and observations, rewards (normalized: --norm-reward) and dones out as device tensors
+    envs, reward_normalizer = procgen_envs.training_envs(env_id, args, run)
+    obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
 
     policy = PolicyNetwork(obs_shape, n_actions).to(device)
     value_net = ValueNetwork(obs_shape).to(device)
     params = list(policy.parameters()) + list(value_net.parameters())
-    # One Adam over both networks (PPG code); torch's default eps=1e-8 as in the reference. The learning rate is a
-    # tensor updated in place, so a compiled update reads the annealed value instead of recompiling for every new
-    # float. capturable (on CUDA) keeps Adam's step count on the device, which CUDA graphs need. fused: one
-    # kernel updates every parameter (faster on CPU than torch's per-tensor loop).
-    optimizer = optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device),
-                           capturable=speed.gpu_path(device), fused=True)
+    optimizer = speed.adam(params, args.learning_rate, device, eps=1e-8)  # one Adam over both networks (PPG code)
 
     obs, actions, logprobs, rewards, dones, values, valid = rollout_storage(args.num_steps, args.num_envs, device)
     staging = speed.PinnedStaging(device)  # minibatch indices reach the device without a synchronisation
     aux = AuxBuffer(args.n_iteration, args.num_envs, args.num_steps, obs_shape, n_actions)
 
-    # Checkpoints are taken between iterations, and on a signal inside the auxiliary phase (see auxiliary_phase).
-    # One taken inside a policy phase also holds the rollouts the phase has stored so far, so the auxiliary phase
-    # distills the same buffer as an uninterrupted run. The reward normalizer's statistics continue; its running
-    # discounted returns restart with the new episodes. The learning-rate schedule is a function of the iteration,
-    # so the iteration is its whole state.
+    # Checkpoints are taken between iterations, and on a signal inside the auxiliary phase (AuxPosition). One taken
+    # inside a policy phase holds the rollouts stored so far, so the auxiliary phase distills the same buffer as an
+    # uninterrupted run. The learning-rate schedule is a function of the iteration, so the iteration is its state.
     state = {"policy": policy, "value": value_net, "optimizer": optimizer, "reward_normalizer": reward_normalizer,
              "aux": aux}
     next_obs, start_iteration, global_step = run.restore(envs, state, seed=None)
     next_obs = torch.as_tensor(next_obs, device=device)
     prev_done = torch.zeros(args.num_envs, dtype=torch.bool, device=device)  # the previous step ended an episode
 
-    # --amp: the networks' forward passes run under bf16 autocast (a no-op without the flag); distributions and losses
-    # are computed in float32 from the outputs' .float().
+    # --amp: the forward passes under bf16 autocast (else a no-op); distributions and losses in float32 (.float())
     def autocast():
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp)
 
@@ -435,78 +534,46 @@ if __name__ == "__main__":
             with autocast():
                 logits, _ = policy(obs)
                 value = value_net(obs)
-            # No argument validation (here and in the update): it would stop a diverged run with a traceback
-            # before the once-per-iteration non-finite check can name the step and the quantity.
             probs = Categorical(logits=logits.float(), validate_args=False)
             action = probs.sample()
         return action, probs.log_prob(action), value.float()
 
-    @torch.compiler.disable(reason="an optimizer step, kept out of dynamo (clipped_step's docstring)")
+    # never compiled: a compiled Adam step would recompile between phases (the aux head has a gradient in one only)
+    @torch.compiler.disable(reason="an optimizer step, kept out of dynamo")
     def clipped_step() -> None:
-        """Clip the global gradient norm of both networks and take one Adam step. Never compiled, even inside a
-        compiled update: a compiled Adam step is specialized to which parameters have gradients, and the policy
-        network's auxiliary value head has one only in the auxiliary phase, so it would recompile between phases."""
         nn.utils.clip_grad_norm_(params, args.max_grad_norm)
         optimizer.step()
 
     def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_mask, train_policy: bool,
                train_value: bool) -> tuple[torch.Tensor, ...]:
-        """One policy-phase gradient step on one minibatch: the policy objective while train_policy, the value
-        objective while train_value. The minibatch is padded to minibatch_size so that every call has one shape
-        (a compiled function would recompile for each new size); mb_mask marks its real transitions, and every
-        mean below is over those only. Returns (pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac,
-        v_loss), detached; the entries of an objective that was not trained are 0."""
+        """One policy-phase gradient step on one minibatch (padded to minibatch_size, so every call has one shape;
+        mb_mask marks its real transitions): the policy objective while train_policy, the value one while train_value.
+        Returns (pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac, v_loss), detached (0 if not trained)."""
         optimizer.zero_grad()
         zero = torch.zeros((), device=mb_obs.device)
         loss = pg_loss = entropy_loss = old_approx_kl = approx_kl = clipfrac = v_loss = zero
         if train_policy:
             with autocast():
                 logits, _ = policy(mb_obs)
-            probs = Categorical(logits=logits.float(), validate_args=False)
-            newlogprob, entropy = probs.log_prob(mb_actions), probs.entropy()
-            logratio = newlogprob - mb_logprobs
-            ratio = logratio.exp()
-            with torch.no_grad():
-                # KL estimators k1 and k3, http://joschu.net/blog/kl-approx.html
-                old_approx_kl = masked_mean(-logratio, mb_mask)
-                approx_kl = masked_mean((ratio - 1) - logratio, mb_mask)
-                clipfrac = masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_mask)
-            if not args.adv_norm_fullbatch:
-                # mean and (unbiased, as torch.std) standard deviation over the real transitions
-                adv_mean = masked_mean(mb_advantages, mb_mask)
-                adv_var = ((mb_advantages - adv_mean) ** 2 * mb_mask).sum() / (mb_mask.sum() - 1).clamp(min=1)
-                mb_advantages = (mb_advantages - adv_mean) / (adv_var.sqrt() + 1e-8)
-            # clipped surrogate objective, Eq. (7), Schulman et al. 2017 (L^clip in PPG's Eq. 1)
-            pg_loss1 = -mb_advantages * ratio
-            pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-            pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_mask)
-            entropy_loss = masked_mean(entropy, mb_mask)
+            pg_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = policy_objective(
+                logits.float(), mb_actions, mb_logprobs, mb_advantages, mb_mask, args)
             loss = loss + pg_loss - args.ent_coef * entropy_loss
         if train_value:
             with autocast():
                 newvalue = value_net(mb_obs)
-            newvalue = newvalue.float()
-            if args.clip_vloss:
-                v_loss_unclipped = (newvalue - mb_returns) ** 2
-                v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2), mb_mask)
-            else:
-                v_loss = 0.5 * masked_mean((newvalue - mb_returns) ** 2, mb_mask)  # L^value, Eq. (3), Cobbe et al. 2021
+            v_loss = value_objective(newvalue.float(), mb_returns, mb_values, mb_mask, args)
             loss = loss + args.vf_coef * v_loss
-
         loss.backward()
         clipped_step()
         return pg_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac, v_loss.detach()
 
     def aux_update(m_obs, m_returns, m_old_logits, m_valid, mb_count, step: bool) -> tuple[torch.Tensor, ...]:
-        """One chunk of an auxiliary minibatch: forward, the distillation losses and their gradients (added to the
-        gradients of the minibatch's earlier chunks); with `step` (the last chunk) the clipped optimizer step.
-        Returns (kl_loss, aux_value_loss, value_loss), detached."""
+        """One chunk of an auxiliary minibatch: the distillation losses' gradients, added to those of the minibatch's
+        earlier chunks (each chunk's sums are divided by the whole minibatch's count, mb_count, so the accumulated
+        gradient is the minibatch mean's); with `step`, the optimizer step. Returns the losses, detached."""
         with autocast():
             logits, aux_values = policy(m_obs)
             new_values = value_net(m_obs)
-        # each chunk's losses are sums over its observations divided by the whole minibatch's count, so the
-        # accumulated gradient equals the minibatch mean's
         kl_loss, aux_value_loss, value_loss = aux_losses(
             logits.float(), aux_values.float(), new_values.float(), m_old_logits, m_returns, m_valid, mb_count
         )
@@ -517,71 +584,14 @@ if __name__ == "__main__":
         return kl_loss.detach(), aux_value_loss.detach(), value_loss.detach()
 
     # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written. (With
-    # --e-policy != --v-value, or --n-aux-grad-accum > 1, the update or aux_update is compiled once more for the
-    # other value of its bool arguments.)
+    # --e-policy != --v-value, or --n-aux-grad-accum > 1, one is compiled once more for its other bool arguments.)
     policy_step, update = speed.speed_up(policy_step, args), speed.speed_up(update, args)
     aux_update = speed.speed_up(aux_update, args)
 
-    def auxiliary_phase(iteration: int, global_step: int, next_obs: torch.Tensor, position: Optional[dict]) -> None:
-        """AUXILIARY PHASE (Algorithm 1), part of a policy phase's last iteration: first record pi_old on every stored
-        observation, then E_aux epochs of distillation over minibatches of whole rollouts. It takes hours on a CPU,
-        so every minibatch ends at a safe point: on a signal, a checkpoint holding the buffer and the position (where
-        to go on: epoch, -1 while recording pi_old; the next minibatch's first index into the epoch's order; the
-        order; the last epoch's losses so far), and exit. A run resumed from it passes that position back."""
-        def part(epoch: int) -> str:
-            return "recording pi_old" if epoch == -1 else f"epoch {epoch + 1}/{args.e_auxiliary}"
-
-        aux.distilling = True
-        if position is None:
-            position = {"epoch": -1, "start": 0, "order": torch.arange(aux.num_rollouts), "losses": torch.zeros(0, 3)}
-        else:
-            messages.say(f"continuing the auxiliary phase: {part(position['epoch'])}, from rollout "
-                        f"{position['start']}/{aux.num_rollouts}")
-        first_epoch, first_start = position["epoch"], position["start"]
-        aux_inds = position["order"].numpy().copy()
-        last_epoch_losses = list(position["losses"])  # (kl_loss, aux_value_loss, value_loss) of every chunk
-
-        def safe_point(epoch: int, next_start: int) -> None:
-            run.safe_point(iteration, global_step, next_obs, lambda: {"aux_phase": {
-                "epoch": epoch, "start": next_start, "order": torch.from_numpy(aux_inds.copy()),
-                "losses": torch.stack(last_epoch_losses).cpu() if last_epoch_losses else torch.zeros(0, 3)}},
-                during=f"auxiliary phase: {part(epoch)}, {100 * next_start // aux.num_rollouts}%")
-
-        if first_epoch == -1:
-            with torch.no_grad():
-                for start in range(first_start, aux.num_rollouts, args.num_aux_rollouts):
-                    rollouts = aux_inds[start : start + args.num_aux_rollouts]
-                    m_obs = aux.batch(rollouts, device)[0]
-                    with autocast():
-                        old_logits = policy(m_obs)[0]
-                    aux.set_old_logits(rollouts, old_logits.float())
-                    safe_point(-1, start + args.num_aux_rollouts)
-            first_epoch, first_start = 0, 0
-
-        chunk = args.num_aux_rollouts // args.n_aux_grad_accum
-        for aux_epoch in range(first_epoch, args.e_auxiliary):
-            if aux_epoch > first_epoch or first_start == 0:  # an epoch resumed part-way keeps its order
-                np.random.shuffle(aux_inds)
-            for start in range(first_start if aux_epoch == first_epoch else 0, aux.num_rollouts, args.num_aux_rollouts):
-                mb_rollouts = aux_inds[start : start + args.num_aux_rollouts]
-                mb_count = aux.valid[mb_rollouts].sum().to(device)
-                optimizer.zero_grad()
-                # (the last minibatch is smaller when the rollouts are no multiple of --num-aux-rollouts)
-                for c in range(0, len(mb_rollouts), chunk):
-                    m_obs, m_returns, m_old_logits, m_valid = aux.batch(mb_rollouts[c : c + chunk], device)
-                    chunk_losses = aux_update(
-                        m_obs, m_returns, m_old_logits, m_valid, mb_count, c + chunk >= len(mb_rollouts)
-                    )
-                    if aux_epoch == args.e_auxiliary - 1:
-                        last_epoch_losses.append(torch.stack(chunk_losses))
-                safe_point(aux_epoch, start + args.num_aux_rollouts)
-        aux.distilling, aux.phases = False, aux.phases + 1
-
-        # means over the minibatches of the last auxiliary epoch (a minibatch's loss is the sum of its chunks'); they
-        # come to the host once per phase
-        kl_mean, aux_value_mean, value_mean = (torch.stack(last_epoch_losses).sum(0) / aux_minibatches).tolist()
-        aux_logged = {"losses/aux_kl_loss": kl_mean, "losses/aux_pi_value_loss": aux_value_mean,
-                      "losses/aux_value_loss": value_mean}
+    def distill(iteration: int, position: AuxPosition) -> None:
+        """The auxiliary phase ending `iteration`, from `position` (a signal's checkpoint saves it); logs its losses."""
+        aux_logged = auxiliary_phase(aux, position, policy, optimizer, aux_update, args, device, lambda: run.safe_point(
+            iteration, global_step, next_obs, lambda: {"aux_phase": position.state_dict()}, position.during()))
         for key, value in aux_logged.items():
             writer.add_scalar(key, value, global_step)
         run.check_finite(aux_logged, global_step, f"iteration {iteration}")
@@ -589,9 +599,9 @@ if __name__ == "__main__":
         # restarts after it, so later SPS values include the auxiliary phases after the first one only.
         run.start_clock(global_step, restart=aux.phases == 1)
 
-    position = run.resumed("aux_phase")
-    if position is not None:  # the checkpoint was taken inside iteration start_iteration - 1's auxiliary phase
-        auxiliary_phase(start_iteration - 1, global_step, next_obs, position)
+    if run.resumed("aux_phase") is not None:  # the checkpoint was taken inside this iteration's auxiliary phase
+        distill(start_iteration - 1, AuxPosition.resumed(run.resumed("aux_phase"), args.num_aux_rollouts,
+                                                         args.e_auxiliary))
         run.end_of_iteration(start_iteration - 1, global_step, next_obs)
 
     for iteration in range(start_iteration, num_iterations + 1):
@@ -701,7 +711,7 @@ if __name__ == "__main__":
         aux.store(phase_iteration, obs, returns, valid)
 
         if phase_iteration == args.n_iteration - 1:
-            auxiliary_phase(iteration, global_step, next_obs, position=None)
+            distill(iteration, AuxPosition(np.arange(aux.num_rollouts), args.num_aux_rollouts, args.e_auxiliary))
 
         # the safe point between iterations (the phase's last one after its auxiliary phase): progress; a checkpoint
         # every --checkpoint-frequency iterations or on SIGTERM

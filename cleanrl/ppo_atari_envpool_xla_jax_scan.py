@@ -277,20 +277,12 @@ if __name__ == "__main__":
     batch_size, minibatch_size, num_iterations = derive_sizes(args)
     atari_envs.envpool_atari_id(args.env_id)
     scan = args.loops == "scan" or args.loops == "auto" and jax.default_backend() != "cpu"
-    # the storage below, per step of each env: a uint8 4x84x84 observation, an int32 action, 7 float32 and 2 bools,
-    # the advantages and returns, a minibatch index (twice: the update's shuffled copy)
-    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
-                       2 * batch_size * (4 * 84 * 84 + 4 + 36 + 2 + 4), "a rollout storage",
-                       cuda=jax.default_backend() == "gpu")
-    run = runtime.start(args, checkpoint, num_iterations, batch_size)
-    writer = run.writer
 
     # env setup. envpool's state cannot be saved: a resumed run builds its environments with the seed moved on by
     # the global step, so that its new games are not the ones already played.
     threads, why = atari_envs.env_worker_threads(args.env_threads)
-    say(f"environments: {args.num_envs} envpool Atari games, {threads} threads ({why}); JAX on "
-        f"{jax.default_backend()}, {'lax.scan' if scan else 'Python'} loops (--loops {args.loops})")
-    envs = atari_envs.make_envpool_atari(args.env_id, args.num_envs, args.seed + run.global_step, threads)
+    resumed_step = 0 if checkpoint is None else checkpoint["global_step"]
+    envs = atari_envs.make_envpool_atari(args.env_id, args.num_envs, args.seed + resumed_step, threads)
     agent = Agent(envs.single_action_space.n)
     key = jax.random.PRNGKey(args.seed)
     key, init_key = jax.random.split(key)
@@ -298,15 +290,11 @@ if __name__ == "__main__":
     # Adam with torch's eps placement (outside the square root) and the learning rate applied outside, so the
     # annealed rate is an argument of the compiled update instead of a constant compiled into it
     adam = optax.scale_by_adam(eps=1e-5)
-    state = {"agent": PytreeState(params), "optimizer": PytreeState(adam.init(params)), "key": PytreeState(key)}
-
-    # A fresh run resets the envs; a resumed one builds new ones (above) and resets them, so the games in progress at
-    # the checkpoint are dropped (never logged). The learning-rate schedule is a function of the iteration.
-    next_obs_np, start_iteration, global_step = run.restore(envs, state, seed=None)
-    params, opt_state, key = state["agent"].tree, state["optimizer"].tree, state["key"].tree
     handle, _, _, env_step = envs.xla()
     zeros = jnp.zeros(args.num_envs)
-    carry = EnvCarry(handle, jnp.asarray(next_obs_np), zeros.astype(bool), zeros, zeros.astype(jnp.int32))
+
+    def first_carry(obs) -> EnvCarry:
+        return EnvCarry(handle, obs, zeros.astype(bool), zeros, zeros.astype(jnp.int32))
 
     def rollout_step(params, carry: EnvCarry, key):
         """Act on the newest frames and step the games, inside XLA; returns the next carry and key, and what to
@@ -444,6 +432,31 @@ if __name__ == "__main__":
 
     rollout = jax.jit(rollout_scan) if scan else rollout_python
     update = jax.jit(update_scan, donate_argnums=(0, 1)) if scan else update_python
+
+    def iteration_storage(params, carry: EnvCarry, key):
+        """What an iteration holds at once: the rollout, the update's flat batch and an epoch's shuffled copy of it."""
+        stored = rollout_scan(params, carry, key)[2]
+        batch = flat_batch(stored, *advantages_of(params, carry, stored))
+        return stored, batch, shuffled_minibatches(batch, key)[1]
+
+    # its memory, before the run starts: the shapes and dtypes jax.eval_shape finds by tracing the functions above
+    # (nothing runs or compiles), on the envs' observation shape
+    frames = jax.ShapeDtypeStruct((args.num_envs, *envs.single_observation_space.shape), jnp.uint8)
+    storage = jax.eval_shape(iteration_storage, params, first_carry(frames), key)
+    speed.check_memory(f"--num-steps {args.num_steps} x --num-envs {args.num_envs}",
+                       speed.nbytes(jax.tree.leaves(storage)), "a rollout storage", cuda=jax.default_backend() == "gpu")
+
+    run = runtime.start(args, checkpoint, num_iterations, batch_size)
+    writer = run.writer
+    say(f"environments: {args.num_envs} envpool Atari games, {threads} threads ({why}); JAX on "
+        f"{jax.default_backend()}, {'lax.scan' if scan else 'Python'} loops (--loops {args.loops})")
+    state = {"agent": PytreeState(params), "optimizer": PytreeState(adam.init(params)), "key": PytreeState(key)}
+
+    # A fresh run resets the envs; a resumed one builds new ones (above) and resets them, so the games in progress at
+    # the checkpoint are dropped (never logged). The learning-rate schedule is a function of the iteration.
+    next_obs_np, start_iteration, global_step = run.restore(envs, state, seed=None)
+    params, opt_state, key = state["agent"].tree, state["optimizer"].tree, state["key"].tree
+    carry = first_carry(jnp.asarray(next_obs_np))
 
     for iteration in range(start_iteration, num_iterations + 1):
         lr = args.learning_rate * (1.0 - (iteration - 1.0) / num_iterations if args.anneal_lr else 1.0)

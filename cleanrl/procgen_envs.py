@@ -1,14 +1,18 @@
 # docs: docs/contributing.md (the layout of cleanrl/)
-"""Procgen environments from envpool, and what PPG does on the host with each step: the reward normalizer and
-the video of env 0 (HostSteps)."""
+"""Procgen environments from envpool as PPG's training loop uses them (training_envs): envpool's games stepped together,
+their rewards normalized on the host and env 0's frames made into videos (HostSteps), tensors in and out on the run's
+device."""
 
 from typing import Optional
 
 import gymnasium as gym
 import numpy as np
+import torch
 
+from atari_envs import env_worker_threads
+from environments import OnDevice
 from evaluation import VideoRecorder
-from messages import fail
+from messages import fail, say
 
 
 # Procgen, from envpool (the procgen package does not install on current Python)
@@ -70,6 +74,23 @@ def make_procgen_envs(env_id: str, num_envs: int, seed: int, threads: int = 1) -
                                          num_threads=min(threads, num_envs))
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
+
+def training_envs(env_id: str, args, run) -> tuple[OnDevice, Optional["RewardNormalizer"]]:
+    """The envs of a training run (--num-envs of the envpool id `env_id`, --env-threads, --capture-video; the rewards
+    the update learns from scaled by a RewardNormalizer with --norm-reward) wrapped in OnDevice, and that normalizer
+    (None without the flag), whose statistics a checkpoint keeps. Episode statistics report the raw reward.
+
+    envpool's state cannot be saved: a resumed run builds its environments with the seed seed + global_step (seeds not
+    used before), so the episodes in progress at the checkpoint are dropped; it counts its episodes from 0 again, and
+    its videos get file names of their own, so they never overwrite the earlier ones."""
+    threads, why = env_worker_threads(args.env_threads)
+    say(f"environments: {args.num_envs} stepped together; {threads} envpool threads ({why}); "
+        f"{torch.get_num_threads()} torch CPU threads")
+    video_prefix = "rl-video" if run.checkpoint is None else f"rl-video-resumed-at-{run.global_step}"
+    video = VideoRecorder(f"videos/{run.name}", video_prefix) if args.capture_video else None
+    normalizer = RewardNormalizer(args.num_envs, args.gamma) if args.norm_reward else None
+    envs = make_procgen_envs(env_id, args.num_envs, args.seed + run.global_step, threads)
+    return OnDevice(HostSteps(envs, normalizer, video), run.device), normalizer
 
 class HostSteps(gym.vector.VectorWrapper):
     """What PPG's loop does on the host with each step of its envpool envs: the rewards scaled by `normalizer` (a
