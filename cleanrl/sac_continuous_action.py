@@ -73,43 +73,28 @@ class Args:
 HIDDEN = 256  # the width of every hidden layer, the actor's and the critics'
 
 
-def stacked_linear(n: int, fan_in: int, fan_out: int) -> tuple[nn.Parameter, nn.Parameter]:
-    """The weights (n, fan_in, fan_out) and biases (n, 1, fan_out) of n independent linear layers x @ w + b, each
-    drawn as nn.Linear draws its own: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
-    bound = 1.0 / math.sqrt(fan_in)
-    return (nn.Parameter(torch.empty(n, fan_in, fan_out).uniform_(-bound, bound)),
-            nn.Parameter(torch.empty(n, 1, fan_out).uniform_(-bound, bound)))
+class QNetwork(nn.Module):
+    """Q(s, a) with the action in the env's own units, as stored in the replay memory."""
 
-
-class QNetworks(nn.Module):
-    """The twin critics Q_1(s, a), Q_2(s, a) with the action in the env's own units, as stored in the replay memory.
-
-    Two networks of the same shape whose weights are stacked on a leading axis, one parameter per layer. With
-    `batched` (on a GPU) both critics run as one batched matmul per layer, what torch.vmap over two networks computes,
-    in half the kernels; without it (on a CPU, where the batched matmul measured slower than two plain ones) one
-    after the other. The same function either way (up to rounding); each critic is initialised as its own nn.Linear
-    layers."""
-
-    def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, batched: bool = False):
+    def __init__(self, obs_dim: int, action_dim: int):
         super().__init__()
-        self.batched = batched
-        self.w1, self.b1 = stacked_linear(num_critics, obs_dim + action_dim, HIDDEN)
-        self.w2, self.b2 = stacked_linear(num_critics, HIDDEN, HIDDEN)
-        self.w3, self.b3 = stacked_linear(num_critics, HIDDEN, 1)
-
-    def critic(self, x: torch.Tensor, i) -> torch.Tensor:
-        """Critic i (an index: (batch,)) or critics i (a slice: (critics, batch)) on the joined input x."""
-        # ReLU in place: a linear layer's backward needs its input, not its output, so no copy is kept
-        x = F.relu(x @ self.w1[i] + self.b1[i], inplace=True)
-        x = F.relu(x @ self.w2[i] + self.b2[i], inplace=True)
-        return (x @ self.w3[i] + self.b3[i]).squeeze(-1)
+        self.fc1 = nn.Linear(obs_dim + action_dim, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc3 = nn.Linear(HIDDEN, 1)
 
     def forward(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        """Q_i(s, a) of every critic, (num_critics, batch)."""
-        x = torch.cat([x, a], 1)  # (batch, obs_dim + action_dim), the same input for every critic
-        if self.batched:
-            return self.critic(x, slice(None))
-        return torch.stack([self.critic(x, i) for i in range(len(self.w1))])
+        x = torch.cat([x, a], 1)
+        # ReLU in place: a linear layer's backward needs its input, not its output, so no copy is kept
+        x = F.relu(self.fc1(x), inplace=True)
+        x = F.relu(self.fc2(x), inplace=True)
+        return self.fc3(x).squeeze(-1)  # (batch,)
+
+
+def twin_critics(obs_dim: int, action_dim: int, batched: bool = False) -> speed.Ensemble:
+    """The twin critics Q_1 and Q_2, two QNetworks each drawn as its own, called as one: qf(s, a) is Q_1(s, a) and
+    Q_2(s, a) stacked, (2, batch), and qf[0] is Q_1 alone. With `batched` (the GPU path) both run as one batched
+    matmul per layer (speed.Ensemble)."""
+    return speed.Ensemble([QNetwork(obs_dim, action_dim) for _ in range(2)], batched)
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -132,7 +117,7 @@ class Actor(nn.Module):
         self.register_buffer("action_bias", (high + low) / 2.0)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = F.relu(self.fc1(x), inplace=True)  # in place, as in QNetworks
+        x = F.relu(self.fc1(x), inplace=True)  # in place, as in QNetwork
         x = F.relu(self.fc2(x), inplace=True)
         mean = self.fc_mean(x)
         # soft clamp of log_std into [LOG_STD_MIN, LOG_STD_MAX], as in CleanRL and SpinningUp variants
@@ -222,9 +207,8 @@ if __name__ == "__main__":
     low, high = envs.single_action_space.low, envs.single_action_space.high
 
     actor = Actor(obs_dim, low, high).to(device)
-    # the twin critics batched into one call per layer on a GPU (QNetworks)
-    qf = QNetworks(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
-    qf_target = QNetworks(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
+    qf = twin_critics(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
+    qf_target = twin_critics(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
     qf_target.load_state_dict(qf.state_dict())
     # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need; fused: one kernel
     # updates every parameter (faster than torch's per-tensor loop on CPU, with different rounding)
@@ -275,7 +259,7 @@ if __name__ == "__main__":
             # from a terminal state
             next_q = qf_target(data.next_observations, next_actions).min(0).values - alpha * next_log_pi
             next_q_value = data.rewards + args.gamma * (1.0 - data.terminations) * next_q
-        q_values = qf(data.observations, data.actions)  # (2, batch)
+        q_values = qf(data.observations, data.actions)  # (2, batch): Q_1 and Q_2
         qf_losses = ((q_values - next_q_value) ** 2).mean(1)  # each critic's mean squared error
         qf_loss = qf_losses.sum()
         gradient_step(q_optimizer, qf_loss)
