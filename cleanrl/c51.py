@@ -29,7 +29,7 @@ from flags import (
     AnyFloat, NonNegativeInt, PositiveFloat, PositiveInt, Range, UnitFloat, whole_iterations, with_run_flags,
 )
 from messages import fail
-from replay_memory import ReplayBuffer, true_next_obs
+from replay_memory import true_next_obs
 
 
 @with_run_flags  # then the run flags: --seed, --save-model, --resume, ... (flags.RunArgs)
@@ -188,14 +188,12 @@ def make_q_network(env_id: str, atoms: torch.Tensor) -> QNetwork:
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
     if args.eval_only is not None:
-        runtime.eval_only(args, "q_network", lambda saved: make_q_network(args.env_id, saved["q_network"]["atoms"]),
-                          evaluate)
+        runtime.eval_only(args, "q_network", lambda s: make_q_network(args.env_id, s["q_network"]["atoms"]), evaluate)
     check_off_policy_args(args)
     if not args.v_min < args.v_max:
         fail(f"the support needs --v-min below --v-max, got {args.v_min} and {args.v_max}")
     env = environments.probe_env(args.env_id, gym.spaces.Discrete)
-    ReplayBuffer.check_fits(args.buffer_size, env.observation_space, env.action_space, args.num_envs)
-    env.close()
+    replay_memory.check_fits_env(env, args.buffer_size, args.num_envs)
     # one loop iteration is one step of every env, and its learning
     num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
@@ -208,18 +206,14 @@ if __name__ == "__main__":
     n_actions = int(envs.single_action_space.n)
     atoms = torch.linspace(args.v_min, args.v_max, steps=args.n_atoms)
     q_network = QNetwork(obs_dim, n_actions, atoms).to(device)
-    # capturable keeps Adam's step count on the device for CUDA graphs; fused: one kernel updates every parameter
-    optimizer = optim.Adam(
-        q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, capturable=args.cudagraphs,
-        fused=True,
-    )
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size,
+                           **speed.adam_options(args))
     target_network = QNetwork(obs_dim, n_actions, atoms).to(device)
     target_network.load_state_dict(q_network.state_dict())
 
     # storage
-    # on a GPU the memory lives in its memory when it fits, and is sampled there
     rb = replay_memory.replay_buffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device,
-                               args.seed)
+                                     args.seed)
     staging = speed.PinnedStaging(device)  # observations reach the device without a synchronisation
     action_rng = np.random.default_rng(args.seed)
 
@@ -229,7 +223,7 @@ if __name__ == "__main__":
         "q_network": q_network, "target_network": target_network, "optimizer": optimizer, "action_rng": action_rng,
         "buffer_rng": rb.rng, "replay_buffer": rb if args.save_buffer else None,
     }, args.seed)
-    # updates: gradient steps so far (what --checkpoint-frequency counts)
+    # gradient steps so far (what --checkpoint-frequency counts)
     updates, target_updates = run.resumed("updates", 0), run.resumed("target_updates", 0)
     learning_starts = run.learning_starts(args.learning_starts)  # later on a resume without the memory
     exploration_steps = int(args.exploration_fraction * args.total_timesteps)

@@ -235,33 +235,24 @@ if __name__ == "__main__":
     n_actions = int(envs.single_action_space.n)
     atoms = torch.linspace(args.v_min, args.v_max, steps=args.n_atoms)
     q_network = QNetwork(n_actions, atoms).to(device)
-    # capturable keeps Adam's step count on the device for CUDA graphs; fused: one kernel updates every parameter
-    optimizer = optim.Adam(
-        q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, capturable=args.cudagraphs,
-        fused=True,
-    )
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size,
+                           **speed.adam_options(args))
     target_network = QNetwork(n_actions, atoms).to(device)
     target_network.load_state_dict(q_network.state_dict())
 
-    # storage: every frame once, allocated and touched now (see FrameReplayBuffer for the footprint); on a GPU the
-    # frames live in its memory when they fit
-    rb = replay_memory.frame_replay_buffer(
-        args.buffer_size, envs.single_observation_space, envs.single_action_space, args.num_envs, device, args.seed
-    )
-    print(f"replay memory: {rb.nbytes / 2**30:.2f} GiB for {args.buffer_size} transitions ({rb.where})")
+    # storage: every frame once, allocated and touched now (FrameReplayBuffer); on a GPU in its memory if they fit
+    rb = replay_memory.frame_replay_buffer(args.buffer_size, envs.single_observation_space, envs.single_action_space,
+                                           args.num_envs, device, args.seed)
     staging = speed.PinnedStaging(device)  # frames reach the device without a synchronisation
     action_rng = np.random.default_rng(args.seed)
     exploration_steps = int(args.exploration_fraction * args.total_timesteps)
 
-    # Checkpoints are taken between loop iterations (one env step of every env, and its learning). Epsilon is a
-    # function of global_step, so the step is the schedule's whole state. The games' state cannot be saved
-    # (ale-py keeps it in C++): a resumed run restarts them, and the replay memory writes the new games' first
-    # observations whole, as after any reset.
+    # Checkpoints fall between iterations; epsilon is a function of global_step, so the step is the schedule's whole
+    # state. The games' state cannot be saved (ale-py keeps it in C++): a resumed run restarts them.
     state = {"q_network": q_network, "target_network": target_network, "optimizer": optimizer,
              "action_rng": action_rng, "buffer_rng": rb.rng, "replay_buffer": rb if args.save_buffer else None}
     obs, start_iteration, global_step = run.restore(envs, state, args.seed)
-    # updates: gradient steps so far (what --checkpoint-frequency counts)
-    updates, target_updates = run.resumed("updates", 0), run.resumed("target_updates", 0)
+    updates, target_updates = run.resumed("updates", 0), run.resumed("target_updates", 0)  # gradient steps so far
     learning_starts = run.learning_starts(args.learning_starts)  # later on a resume without the memory
 
     def policy_step(obs: torch.Tensor) -> torch.Tensor:

@@ -531,13 +531,25 @@ def state_of(obj):
     return obj.detach().cpu().clone() if isinstance(obj, torch.Tensor) else obj.state_dict()
 
 
+# Module layouts that earlier versions saved and this one reads no more: (the file's entry names, what they held and
+# what replaced them). A state of one of them is refused naming the change, not only the names that differ.
+RETIRED_LAYOUTS = (
+    ({"w1", "b1", "w2", "b2", "w3", "b3"},
+     "the twin critics as one network of stacked weights (w1 ... b3), from before they became two QNetworks of "
+     "nn.Linear layers (0.fc1.weight ... 1.fc3.bias), which this version does not read"),
+)
+
+
 def state_mismatch(obj, state) -> Optional[str]:
-    """Why a module's saved state_dict does not fit `obj`, in one line: the entries whose shapes differ (the file's
-    against this network's), then those missing or unexpected; None where the names and shapes all fit (or `obj` is
-    no module)."""
+    """Why a module's saved state_dict does not fit `obj`, in one line: a retired layout's change (RETIRED_LAYOUTS),
+    or the entries whose shapes differ (the file's against this network's), then those missing or unexpected; None
+    where the names and shapes all fit (or `obj` is no module)."""
     if not isinstance(obj, torch.nn.Module) or not isinstance(state, dict):
         return None
     mine = obj.state_dict()
+    for names, change in RETIRED_LAYOUTS:
+        if set(state) == names and not names <= set(mine):
+            return f"it holds {change}"
 
     def listed(what: str, items: list) -> list:
         more = f" and {len(items) - 3} more" if len(items) > 3 else ""

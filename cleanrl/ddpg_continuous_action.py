@@ -154,15 +154,11 @@ def make_actor(env_id: str) -> Actor:
 
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
-    if args.eval_only is not None:
-        # the deterministic actor, no exploration noise, as after training
+    if args.eval_only is not None:  # the deterministic actor, no exploration noise, as after training
         runtime.eval_only(args, "actor", lambda _: make_actor(args.env_id), evaluate)
     num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     env = environments.probe_env(args.env_id, gym.spaces.Box, finite_actions=True)
-    # the memory stores float32 observations, the networks' dtype (MuJoCo envs emit float64)
-    obs_space_f32 = gym.spaces.Box(-np.inf, np.inf, env.observation_space.shape, np.float32)
-    replay_memory.ReplayBuffer.check_fits(args.buffer_size, obs_space_f32, env.action_space, args.num_envs)
-    env.close()
+    replay_memory.check_fits_env(env, args.buffer_size, args.num_envs, obs_dtype=np.float32)
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer
 
@@ -178,25 +174,20 @@ if __name__ == "__main__":
     qf1_target = QNetwork(obs_dim, action_dim).to(device)
     target_actor.load_state_dict(actor.state_dict())
     qf1_target.load_state_dict(qf1.state_dict())
-    # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need; fused: one kernel
-    # updates every parameter (faster than torch's per-tensor loop on CPU, with different rounding)
-    q_optimizer = optim.Adam(qf1.parameters(), lr=args.q_lr, capturable=args.cudagraphs, fused=True)
-    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs, fused=True)
+    q_optimizer = optim.Adam(qf1.parameters(), lr=args.q_lr, **speed.adam_options(args))
+    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, **speed.adam_options(args))
 
-    # on a GPU the memory lives in its memory when it fits, and is sampled there
-    rb = replay_memory.replay_buffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
+    rb = replay_memory.replay_buffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device,
+                                     args.seed, obs_dtype=np.float32)  # the networks' dtype (MuJoCo emits float64)
     staging = speed.PinnedStaging(device)  # observations reach the device without a synchronisation
 
-    # A fresh run resets the envs; a resumed one loads what its checkpoint holds. Checkpoints are taken between loop
-    # iterations (one env step of every env, and its gradient step). The memory's sampling Generator is always
-    # saved, the memory itself only with --save-buffer.
+    # what a checkpoint (between two iterations) holds: the memory only with --save-buffer, its Generator always
     obs, start_iteration, global_step = run.restore(envs, {
         "actor": actor, "qf1": qf1, "target_actor": target_actor, "qf1_target": qf1_target,
         "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
         "buffer_rng": rb.rng, "replay_buffer": rb if args.save_buffer else None,
     }, args.seed)
-    # gradient steps (critic updates) so far: what --checkpoint-frequency counts
-    num_updates = run.resumed("updates", 0)
+    num_updates = run.resumed("updates", 0)  # critic updates so far: what --checkpoint-frequency counts
     learning_starts = run.learning_starts(args.learning_starts)  # later on a resume without the memory
 
     def policy_step(obs: torch.Tensor) -> torch.Tensor:
@@ -228,9 +219,8 @@ if __name__ == "__main__":
         return actor_loss.detach()
 
     # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written.
-    policy_step, update_critic, update_actor = (
-        speed.speed_up(f, args) for f in (policy_step, update_critic, update_actor)
-    )
+    policy_step, update_critic, update_actor = (speed.speed_up(f, args)
+                                                for f in (policy_step, update_critic, update_actor))
 
     actor_loss = None  # set by the first (delayed actor) update
     for iteration in range(start_iteration, num_iterations + 1):

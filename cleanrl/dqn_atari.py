@@ -206,7 +206,6 @@ if __name__ == "__main__":
     rb = replay_memory.frame_replay_buffer(
         args.buffer_size, envs.single_observation_space, envs.single_action_space, args.num_envs, device, args.seed
     )
-    print(f"replay memory: {rb.nbytes / 2**30:.2f} GiB for {args.buffer_size} transitions ({rb.where})")
     staging = speed.PinnedStaging(device)  # frames reach the device without a synchronisation
     action_rng = np.random.default_rng(args.seed)
     exploration_steps = int(args.exploration_fraction * args.total_timesteps)

@@ -185,11 +185,28 @@ class DeviceReplayBuffer(MemoryState):
         self.stored.fill_(len(self))
 
 
+def stored_as(observation_space: gym.Space, obs_dtype=None) -> gym.Space:
+    """The observation space as a memory stores it: obs_dtype in place of the env's own (float32, the networks'
+    dtype, where MuJoCo envs emit float64); None: as the env gives it."""
+    if obs_dtype is None:
+        return observation_space
+    return gym.spaces.Box(-np.inf, np.inf, observation_space.shape, obs_dtype)
+
+
+def check_fits_env(env: gym.Env, buffer_size: int, num_envs: int, obs_dtype=None) -> None:
+    """ReplayBuffer.check_fits, before the run starts, for the spaces of `env` (an env built to check the id: it is
+    closed here), observations stored as obs_dtype (stored_as)."""
+    env.close()
+    ReplayBuffer.check_fits(buffer_size, stored_as(env.observation_space, obs_dtype), env.action_space, num_envs)
+
+
 def replay_buffer(buffer_size: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device,
-                  seed: int):
-    """The replay memory for a run on `device`: on a GPU, in its memory when it takes at most half of what is free
-    there (DeviceReplayBuffer; the rest is left to the networks and the compiled graphs), else in host memory
-    (ReplayBuffer, whose fit was checked before the run started), with a note."""
+                  seed: int, obs_dtype=None):
+    """The replay memory for a run on `device`, observations stored as obs_dtype (stored_as): on a GPU, in its
+    memory when it takes at most half of what is free there (DeviceReplayBuffer; the rest is left to the networks
+    and the compiled graphs), else in host memory (ReplayBuffer, whose fit was checked before the run started),
+    with a note."""
+    observation_space = stored_as(observation_space, obs_dtype)
     if gpu_path(device):
         nbytes = ReplayBuffer.nbytes_of(buffer_size, observation_space, action_space)
         free = available_memory(cuda=True)[0]
@@ -353,8 +370,9 @@ class FrameReplayBuffer(MemoryState):
 
 def frame_replay_buffer(buffer_size: int, observation_space: gym.Space, action_space: gym.Space, num_envs: int,
                         device: torch.device, seed: int) -> FrameReplayBuffer:
-    """The Atari scripts' frame memory for a run on `device`: on a GPU its frames live in the GPU's memory when they
-    take at most half of what is free there (as replay_buffer decides), else, and on a CPU, in host memory."""
+    """The Atari scripts' frame memory for a run on `device`, with a line saying its size and where its frames are: on
+    a GPU they live in the GPU's memory when they take at most half of what is free there (as replay_buffer
+    decides), else, and on a CPU, in host memory."""
     on_device = False
     if gpu_path(device):
         nbytes = FrameReplayBuffer.frames_nbytes(buffer_size, num_envs, observation_space.shape)
@@ -363,8 +381,10 @@ def frame_replay_buffer(buffer_size: int, observation_space: gym.Space, action_s
         if not on_device:
             say(f"note: the replay memory's frames ({nbytes / 2**30:.1f} GiB) take more than half of the GPU's free "
                 f"memory ({free / 2**30:.1f} GiB): they are kept in host memory and each sample is copied over")
-    return FrameReplayBuffer(buffer_size, observation_space, action_space, num_envs, device, seed,
-                             frames_on_device=on_device)
+    memory = FrameReplayBuffer(buffer_size, observation_space, action_space, num_envs, device, seed,
+                               frames_on_device=on_device)
+    say(f"replay memory: {memory.nbytes / 2**30:.2f} GiB for {buffer_size} transitions ({memory.where})")
+    return memory
 
 
 def atari_true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:

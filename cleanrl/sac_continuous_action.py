@@ -74,43 +74,28 @@ class Args:
 HIDDEN = 256  # the width of every hidden layer, the actor's and the critics'
 
 
-def stacked_linear(n: int, fan_in: int, fan_out: int) -> tuple[nn.Parameter, nn.Parameter]:
-    """The weights (n, fan_in, fan_out) and biases (n, 1, fan_out) of n independent linear layers x @ w + b, each
-    drawn as nn.Linear draws its own: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
-    bound = 1.0 / math.sqrt(fan_in)
-    return (nn.Parameter(torch.empty(n, fan_in, fan_out).uniform_(-bound, bound)),
-            nn.Parameter(torch.empty(n, 1, fan_out).uniform_(-bound, bound)))
+class QNetwork(nn.Module):
+    """Q(s, a) with the action in the env's own units, as stored in the replay memory."""
 
-
-class QNetworks(nn.Module):
-    """The twin critics Q_1(s, a), Q_2(s, a) with the action in the env's own units, as stored in the replay memory.
-
-    Two networks of the same shape whose weights are stacked on a leading axis, one parameter per layer. With
-    `batched` (on a GPU) both critics run as one batched matmul per layer, what torch.vmap over two networks computes,
-    in half the kernels; without it (on a CPU, where the batched matmul measured slower than two plain ones) one
-    after the other. The same function either way (up to rounding); each critic is initialised as its own nn.Linear
-    layers."""
-
-    def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, batched: bool = False):
+    def __init__(self, obs_dim: int, action_dim: int):
         super().__init__()
-        self.batched = batched
-        self.w1, self.b1 = stacked_linear(num_critics, obs_dim + action_dim, HIDDEN)
-        self.w2, self.b2 = stacked_linear(num_critics, HIDDEN, HIDDEN)
-        self.w3, self.b3 = stacked_linear(num_critics, HIDDEN, 1)
-
-    def critic(self, x: torch.Tensor, i) -> torch.Tensor:
-        """Critic i (an index: (batch,)) or critics i (a slice: (critics, batch)) on the joined input x."""
-        # ReLU in place: a linear layer's backward needs its input, not its output, so no copy is kept
-        x = F.relu(x @ self.w1[i] + self.b1[i], inplace=True)
-        x = F.relu(x @ self.w2[i] + self.b2[i], inplace=True)
-        return (x @ self.w3[i] + self.b3[i]).squeeze(-1)
+        self.fc1 = nn.Linear(obs_dim + action_dim, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc3 = nn.Linear(HIDDEN, 1)
 
     def forward(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        """Q_i(s, a) of every critic, (num_critics, batch)."""
-        x = torch.cat([x, a], 1)  # (batch, obs_dim + action_dim), the same input for every critic
-        if self.batched:
-            return self.critic(x, slice(None))
-        return torch.stack([self.critic(x, i) for i in range(len(self.w1))])
+        x = torch.cat([x, a], 1)
+        # ReLU in place: a linear layer's backward needs its input, not its output, so no copy is kept
+        x = F.relu(self.fc1(x), inplace=True)
+        x = F.relu(self.fc2(x), inplace=True)
+        return self.fc3(x).squeeze(-1)  # (batch,)
+
+
+def twin_critics(obs_dim: int, action_dim: int, batched: bool = False) -> speed.Ensemble:
+    """The twin critics Q_1 and Q_2, two QNetworks each drawn as its own, called as one: qf(s, a) is Q_1(s, a) and
+    Q_2(s, a) stacked, (2, batch), and qf[0] is Q_1 alone. With `batched` (the GPU path) both run as one batched
+    matmul per layer (speed.Ensemble)."""
+    return speed.Ensemble([QNetwork(obs_dim, action_dim) for _ in range(2)], batched)
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -133,7 +118,7 @@ class Actor(nn.Module):
         self.register_buffer("action_bias", (high + low) / 2.0)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = F.relu(self.fc1(x), inplace=True)  # in place, as in QNetworks
+        x = F.relu(self.fc1(x), inplace=True)  # in place, as in QNetwork
         x = F.relu(self.fc2(x), inplace=True)
         mean = self.fc_mean(x)
         # soft clamp of log_std into [LOG_STD_MIN, LOG_STD_MAX], as in CleanRL and SpinningUp variants
@@ -204,15 +189,11 @@ def make_actor(env_id: str) -> Actor:
 
 if __name__ == "__main__":
     args, checkpoint = runtime.parse_args(Args)
-    if args.eval_only is not None:
-        # the deterministic actor (the squashed mean), as after training
+    if args.eval_only is not None:  # the deterministic actor (the squashed mean), as after training
         runtime.eval_only(args, "actor", lambda _: make_actor(args.env_id), evaluate)
     num_iterations = whole_iterations(args.total_timesteps, args.num_envs, "one step of every env")
     env = environments.probe_env(args.env_id, gym.spaces.Box, finite_actions=True)
-    # the memory stores float32 observations, the networks' dtype (MuJoCo envs emit float64)
-    obs_space_f32 = gym.spaces.Box(-np.inf, np.inf, env.observation_space.shape, np.float32)
-    replay_memory.ReplayBuffer.check_fits(args.buffer_size, obs_space_f32, env.action_space, args.num_envs)
-    env.close()
+    replay_memory.check_fits_env(env, args.buffer_size, args.num_envs, obs_dtype=np.float32)
     run = runtime.start(args, checkpoint, num_iterations, args.num_envs)
     device, writer = run.device, run.writer
 
@@ -223,39 +204,31 @@ if __name__ == "__main__":
     low, high = envs.single_action_space.low, envs.single_action_space.high
 
     actor = Actor(obs_dim, low, high).to(device)
-    # the twin critics batched into one call per layer on a GPU (QNetworks)
-    qf = QNetworks(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
-    qf_target = QNetworks(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
+    qf = twin_critics(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
+    qf_target = twin_critics(obs_dim, action_dim, batched=speed.gpu_path(device)).to(device)
     qf_target.load_state_dict(qf.state_dict())
-    # capturable keeps Adam's step count on the device, which CUDA graphs (--cudagraphs) need; fused: one kernel
-    # updates every parameter (faster than torch's per-tensor loop on CPU, with different rounding)
-    q_optimizer = optim.Adam(qf.parameters(), lr=args.q_lr, capturable=args.cudagraphs, fused=True)
-    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=args.cudagraphs, fused=True)
+    q_optimizer = optim.Adam(qf.parameters(), lr=args.q_lr, **speed.adam_options(args))
+    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, **speed.adam_options(args))
 
     # the entropy temperature learned with --autotune: log alpha, 0 (alpha = 1) at the start
     log_alpha = a_optimizer = None
     if args.autotune:
         target_entropy = -float(action_dim)  # -|A|, Haarnoja et al. 2018b, Sec. 5
         log_alpha = torch.zeros(1, requires_grad=True, device=device)
-        a_optimizer = optim.Adam([log_alpha], lr=args.q_lr, capturable=args.cudagraphs, fused=True)
+        a_optimizer = optim.Adam([log_alpha], lr=args.q_lr, **speed.adam_options(args))
 
-    # on a GPU the memory lives in its memory when it fits, and is sampled there
-    rb = replay_memory.replay_buffer(args.buffer_size, obs_space_f32, envs.single_action_space, device, args.seed)
+    rb = replay_memory.replay_buffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device,
+                                     args.seed, obs_dtype=np.float32)  # the networks' dtype (MuJoCo emits float64)
     staging = speed.PinnedStaging(device)  # observations reach the device without a synchronisation
 
-    # A fresh run resets the envs; a resumed one loads what its checkpoint holds. Checkpoints are taken between loop
-    # iterations (one env step of every env, and its gradient step). The memory's sampling Generator is always
-    # saved, the memory itself only with --save-buffer; log alpha and its optimizer only with --autotune.
+    # what a checkpoint (between two iterations) holds: the memory only with --save-buffer, its Generator always
     obs, start_iteration, global_step = run.restore(envs, {
         "actor": actor, "qf": qf, "qf_target": qf_target, "q_optimizer": q_optimizer,
-        "actor_optimizer": actor_optimizer, "log_alpha": log_alpha, "a_optimizer": a_optimizer,
-        "buffer_rng": rb.rng, "replay_buffer": rb if args.save_buffer else None,
-    }, args.seed)
-    # alpha is a tensor throughout, so reading it never forces a .item() in the loop; with --autotune the temperature
-    # step overwrites it in place, so compiled code reads the current value
+        "actor_optimizer": actor_optimizer, "log_alpha": log_alpha, "a_optimizer": a_optimizer, "buffer_rng": rb.rng,
+        "replay_buffer": rb if args.save_buffer else None}, args.seed)
+    # alpha, a tensor: reading it forces no .item(); the temperature step overwrites it in place for compiled code
     alpha = log_alpha.exp().detach() if args.autotune else torch.tensor([args.alpha], device=device)
-    # gradient steps (critic updates) so far: what --checkpoint-frequency counts
-    num_updates = run.resumed("updates", 0)
+    num_updates = run.resumed("updates", 0)  # critic updates so far: what --checkpoint-frequency counts
     learning_starts = run.learning_starts(args.learning_starts)  # later on a resume without the memory
 
     def policy_step(obs: torch.Tensor) -> torch.Tensor:
@@ -265,18 +238,16 @@ if __name__ == "__main__":
         return actions
 
     def update_critic(update_targets: bool) -> tuple[torch.Tensor, ...]:
-        """One step of both critics on a batch sampled from the memory, then (update_targets) the target critics'
-        Polyak step; returns each critic's loss (2,), the summed loss, each critic's mean Q(s, a) (2,), detached,
-        and the batch's observations (for the actor's step)."""
+        """One step of both critics on a sampled batch, then (update_targets) the target critics' Polyak step; returns
+        each critic's loss (2,), their sum, each critic's mean Q(s, a) (2,), detached, and the batch's observations."""
         data = rb.sample(args.batch_size)
         with torch.no_grad():
             next_actions, next_log_pi = actor.get_action(data.next_observations)
-            # soft Bellman target with V(s') = min_i Q'_i(s', a') - alpha log pi(a'|s'), a' ~ pi(.|s') fresh
-            # (Haarnoja et al. 2018, Sec. 4.2; clipped double Q from Fujimoto et al. 2018); no bootstrap
-            # from a terminal state
+            # soft Bellman target with V(s') = min_i Q'_i(s', a') - alpha log pi(a'|s'), a' ~ pi(.|s') fresh (Haarnoja
+            # et al. 2018, Sec. 4.2; clipped double Q from Fujimoto et al. 2018); no bootstrap from a terminal state
             next_q = qf_target(data.next_observations, next_actions).min(0).values - alpha * next_log_pi
             next_q_value = data.rewards + args.gamma * (1.0 - data.terminations) * next_q
-        q_values = qf(data.observations, data.actions)  # (2, batch)
+        q_values = qf(data.observations, data.actions)  # (2, batch): Q_1 and Q_2
         qf_losses = ((q_values - next_q_value) ** 2).mean(1)  # each critic's mean squared error
         qf_loss = qf_losses.sum()
         gradient_step(q_optimizer, qf_loss)
@@ -302,9 +273,8 @@ if __name__ == "__main__":
         return actor_loss.detach(), alpha_loss.detach()
 
     # --compile / --cudagraphs wrap exactly these three functions; without the flags they run as written.
-    policy_step, update_critic, update_actor = (
-        speed.speed_up(f, args) for f in (policy_step, update_critic, update_actor)
-    )
+    policy_step, update_critic, update_actor = (speed.speed_up(f, args)
+                                                for f in (policy_step, update_critic, update_actor))
 
     actor_loss, alpha_loss = None, []  # set by the first (delayed) actor update
     for iteration in range(start_iteration, num_iterations + 1):

@@ -223,8 +223,15 @@ class LaunchCensus(census_module.Census):
         if not results:
             return False  # metadata: size, dim, ...
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        storage = first.untyped_storage().data_ptr() if first is not None else None
-        return not all(t.untyped_storage().data_ptr() == storage for t in results)  # a view shares its storage
+        storage = LaunchCensus.storage(first) if first is not None else None
+        return not all(LaunchCensus.storage(t) == storage for t in results)  # a view shares its storage
+
+    @staticmethod
+    def storage(t: torch.Tensor) -> int:
+        """Where t's data is; inside torch.vmap (speed.Ensemble's batched critics) that of the tensor it batches."""
+        while torch._C._functorch.is_batchedtensor(t):
+            t = torch._C._functorch.get_unwrapped(t)
+        return t.untyped_storage().data_ptr()
 
 
 def run(out: str, script: str, args: list[str], with_census: bool = False, recorder=StandIn) -> int:

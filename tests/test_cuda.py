@@ -99,11 +99,11 @@ def test_one_process_nccl_run_with_compile_cudagraphs_logs_the_losses_of_the_pla
 
 @pytest.mark.parametrize("module", [sac_continuous_action, td3_continuous_action], ids=["sac", "td3"])
 def test_twin_critics_batched_on_cuda_compute_what_they_compute_one_by_one(module):
-    """The scripts batch their critics on CUDA (one matmul per layer for both): the same values and gradients as
-    the one-by-one form the CPU runs, from the same weights."""
+    """The scripts batch their critics on CUDA (one vmap: one batched matmul per layer for both): the same values and
+    gradients as the one-by-one form the CPU runs, from the same weights."""
     torch.manual_seed(0)
-    batched = module.QNetworks(17, 6, batched=True).cuda()
-    one_by_one = module.QNetworks(17, 6, batched=False).cuda()
+    batched = module.twin_critics(17, 6, batched=True).cuda()
+    one_by_one = module.twin_critics(17, 6, batched=False).cuda()
     one_by_one.load_state_dict(batched.state_dict())
     obs, act, target = (torch.randn(*shape, device="cuda") for shape in ((256, 17), (256, 6), (256,)))
     for qf in (batched, one_by_one):

@@ -691,6 +691,12 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     for name, defaults in (("sac", SACArgs(env_id="Pendulum-v1")), ("td3", TD3Args(env_id="Pendulum-v1"))):
         save({"script": f"{name}_continuous_action.py", "args": asdict(defaults), **common, "actor": None, **critics},
              f"two_critics_{name}.pt")
+        # and as they held them next: one network of both critics' weights stacked per layer (Pendulum: 3 + 1 inputs)
+        shapes = {"w1": (2, 4, 256), "b1": (2, 1, 256), "w2": (2, 256, 256), "b2": (2, 1, 256), "w3": (2, 256, 1),
+                  "b3": (2, 1, 1)}
+        stacked = {key: {k: torch.zeros(shape) for k, shape in shapes.items()} for key in ("qf", "qf_target")}
+        save({"script": f"{name}_continuous_action.py", "args": asdict(defaults), **common, "actor": None, **stacked},
+             f"stacked_critics_{name}.pt")
     try:  # in this test process where the case fails before the run would start (most do), else as a process
         proc = assert_bad_input_rejected(script, args, message, workdir, one_line=one_line, in_process=True)
     except ReachedTheRun:  # it fails later (a checkpoint entry the restore reads): a real run is needed

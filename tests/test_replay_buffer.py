@@ -134,3 +134,20 @@ def test_a_sampling_generator_saved_by_the_other_kind_is_seeded_from_it():
     rng = np.random.default_rng(0)
     checkpoints.load_state_of(rng, checkpoints.state_of(torch.Generator().manual_seed(5)))
     assert rng.integers(1 << 30) != np.random.default_rng(0).integers(1 << 30)
+
+
+def test_a_memory_of_float64_observations_stored_as_float32_holds_float32_and_is_checked_at_that_size(monkeypatch):
+    """SAC, TD3 and DDPG store a MuJoCo env's float64 observations as float32 (obs_dtype): the memory holds float32
+    rows, and check_fits_env, before the run, counts their bytes at that size and closes the env it probed."""
+    import replay_memory
+    env = gym.make("Pendulum-v1")
+    env.observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float64)
+    rb = replay_memory.replay_buffer(4, env.observation_space, env.action_space, torch.device("cpu"), 0,
+                                     obs_dtype=np.float32)
+    assert rb.observations.dtype == rb.next_observations.dtype == np.float32
+    checked, closed = [], []
+    monkeypatch.setattr(replay_memory, "check_memory", lambda flags, nbytes, *a, **k: checked.append(nbytes))
+    monkeypatch.setattr(env, "close", lambda: closed.append(True))
+    replay_memory.check_fits_env(env, 10, 1, obs_dtype=np.float32)
+    assert checked == [10 * (2 * 3 * 4 + 4 + 8)]  # 2 float32 observations, one float32 action, reward and flag
+    assert closed == [True]
