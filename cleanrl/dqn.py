@@ -166,8 +166,7 @@ if __name__ == "__main__":
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     n_actions = int(envs.single_action_space.n)
     q_network = QNetwork(obs_dim, n_actions).to(device)
-    # capturable keeps Adam's step count on the device for CUDA graphs; fused: one kernel updates every parameter
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, capturable=args.cudagraphs, fused=True)
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, **speed.adam_options(args))
     target_network = QNetwork(obs_dim, n_actions).to(device)
     target_network.load_state_dict(q_network.state_dict())
 

@@ -446,8 +446,7 @@ def auxiliary_phase(aux: AuxBuffer, position: AuxPosition, policy: PolicyNetwork
 
     # a minibatch's loss is the sum of its chunks'; the means come to the host once per phase
     num_minibatches = -(-aux.num_rollouts // args.num_aux_rollouts)
-    # (a resumed phase's rows from before the stop come from the checkpoint, on the host)
-    rows = [row.to(device) for row in position.losses]
+    rows = [row.to(device) for row in position.losses]  # a resumed phase's first rows: from the checkpoint
     kl_mean, aux_value_mean, value_mean = (torch.stack(rows).sum(0) / num_minibatches).tolist()
     aux_logged = {"losses/aux_kl_loss": kl_mean, "losses/aux_pi_value_loss": aux_value_mean,
                   "losses/aux_value_loss": value_mean}
