@@ -77,7 +77,7 @@ UPSTREAM_SETUP_LINES = {
 }
 # Scripts whose set-up is over that bound today, held at their present length so that it cannot grow (lower a figure
 # as its script shrinks; remove the entry once the script is within upstream + 20)
-SETUP_OVER_TODAY = {"ppg_procgen.py": 228, "ppo_atari_multigpu.py": 121}
+SETUP_OVER_TODAY = {"ppg_procgen.py": 112}
 TRAINING_LOOP = re.compile(r"    (for|while) ")
 
 
