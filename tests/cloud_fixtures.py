@@ -318,7 +318,7 @@ def boto_client(moto: "MotoServer", service: str):
     )
 
 
-def use_local_endpoint(monkeypatch, moto: "MotoServer", submit, workdir: Path) -> None:
+def use_local_endpoint(monkeypatch, moto: "MotoServer", batch_api, workdir: Path) -> None:
     """This process talks to the local endpoint only, with fake credentials and no W&B variables of the caller, in
     an empty working directory (where `submit` writes its sweep manifests, sweeps/NAME.json)."""
     for key in [k for k in os.environ if k.startswith("AWS_")]:
@@ -326,21 +326,22 @@ def use_local_endpoint(monkeypatch, moto: "MotoServer", submit, workdir: Path) -
     for key, value in aws_env(moto.endpoint).items():
         if key.startswith("AWS_"):
             monkeypatch.setenv(key, value)
-    for key in submit.WANDB_VARIABLES:
+    for key in batch_api.WANDB_VARIABLES:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(workdir)
 
 
-def recording(monkeypatch, submit, event: str) -> list:
-    """Record (operation, parameters) of every AWS call of cloud/submit.py matching the botocore `event`, as sent."""
-    called, real_client = [], submit.client
+def recording(monkeypatch, batch_api, event: str) -> list:
+    """Record (operation, parameters) of every AWS call of cloud/submit.py matching the botocore `event`, as sent
+    (every call goes through cloud/batch_api.py's client)."""
+    called, real_client = [], batch_api.client
 
     def recording_client(args, service):
         c = real_client(args, service)
         c.meta.events.register(event, lambda params, model, **kw: called.append((model.name, params)))
         return c
 
-    monkeypatch.setattr(submit, "client", recording_client)
+    monkeypatch.setattr(batch_api, "client", recording_client)
     return called
 
 

@@ -36,7 +36,7 @@ from tests.cloud_fixtures import (
 from tests.cloud_fixtures import recording as record_calls
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
-from cloud import submit  # noqa: E402
+from cloud import batch_api, batch_jobs, submit  # noqa: E402
 
 EXAMPLES = CLOUD / "examples"
 SECRET = "wandb-secret-4f9c2e71d0b3"  # a W&B key that must reach the job's environment and no file
@@ -58,7 +58,7 @@ def moto(tmp_path_factory):
 def aws(moto, monkeypatch, tmp_path):
     """This process talks to the local endpoint only, with fake credentials, in an empty working directory (where
     `submit` writes its sweep manifests, sweeps/NAME.json)."""
-    use_local_endpoint(monkeypatch, moto, submit, tmp_path)
+    use_local_endpoint(monkeypatch, moto, batch_api, tmp_path)
     return moto
 
 
@@ -1111,9 +1111,9 @@ def test_shown_submit_commands_parse_and_pass_the_checks(monkeypatch):
             continue
         args = submit.tyro.cli(submit.Command, args=words[2:])
         if isinstance(args, submit.Submit):
-            assert submit.plan_jobs(args), command
+            assert batch_jobs.plan_jobs(args), command
         elif isinstance(args, submit.SubmitMultinode):
-            assert submit.plan_multinode(args)["jobName"], command
+            assert batch_jobs.plan_multinode(args)["jobName"], command
 
 
 # bad input stops before any AWS call
@@ -1147,11 +1147,11 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("argv, message", BAD_INPUTS, ids=lambda x: " ".join(x)[:60] if isinstance(x, list) else None)
 def test_bad_input_rejected_before_any_aws_call(argv, message, monkeypatch):
-    for key in submit.WANDB_VARIABLES:
+    for key in batch_api.WANDB_VARIABLES:
         monkeypatch.delenv(key, raising=False)
     calls = []
-    # Every AWS call of submit.py goes through submit.client: record instead of connecting.
-    monkeypatch.setattr(submit, "client", lambda *a: calls.append(a) or pytest.fail(f"AWS client created for {a}"))
+    # Every AWS call of submit.py goes through cloud/batch_api.py's client: record instead of connecting.
+    monkeypatch.setattr(batch_api, "client", lambda *a: calls.append(a) or pytest.fail(f"AWS client created for {a}"))
     with pytest.raises(SystemExit) as exc:
         cli(*argv)
     assert calls == []
@@ -1191,15 +1191,23 @@ DOCKER_PUSH_ACTIONS = {"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "
 def submit_tool_actions() -> dict[str, str]:
     """Every IAM action the AWS calls of cloud/submit.py need, read from its source: the boto3 client methods it calls
     (by botocore's names of ecr, batch and s3 operations), the paginators and transfers it uses, the `docker push` it
-    runs and the `aws` commands it prints for you to run. {action: where in submit.py}."""
+    runs and the `aws` commands it prints for you to run. {action: where in submit.py or the cloud/ modules it
+    imports}."""
     import ast
 
     import botocore.session
     from botocore import xform_name
 
-    source = (CLOUD / "submit.py").read_text()
-    tree = ast.parse(source)
-    services = {n.args[1].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") ==
+    files, trees = ["submit.py"], {}  # submit.py and every module of cloud/ it imports, at any depth
+    for name in files:
+        trees[name] = ast.parse((CLOUD / name).read_text())
+        for n in ast.walk(trees[name]):
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("cloud"):
+                modules = [n.module[6:]] if n.module != "cloud" else [a.name for a in n.names]
+                files += [f"{m}.py" for m in modules if f"{m}.py" not in files]
+    assert {"batch_api.py", "batch_jobs.py", "sweeps.py"} <= set(files), files
+    calls = [n for tree in trees.values() for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    services = {n.args[1].value for n in calls if (getattr(n.func, "id", "") or getattr(n.func, "attr", "")) ==
                 "client" and len(n.args) == 2 and isinstance(n.args[1], ast.Constant)}
     assert services == {"ecr", "batch", "s3"}, services  # a new service: add it to the policy and to this test
     session = botocore.session.get_session()
@@ -1210,21 +1218,22 @@ def submit_tool_actions() -> dict[str, str]:
     needed = {}
 
     def need(service, op, line):
-        needed[S3_ACTIONS[op] if service == "s3" else f"{service}:{op}"] = f"submit.py:{line}"
+        needed[S3_ACTIONS[op] if service == "s3" else f"{service}:{op}"] = line
 
-    for node in ast.walk(tree):
+    for file, node in ((file, node) for file, tree in trees.items() for node in ast.walk(tree)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         name = node.func.attr
         if name in operations:
-            need(*operations[name], node.lineno)
+            need(*operations[name], f"{file}:{node.lineno}")
         elif name == "get_paginator":
-            need(*operations[node.args[0].value], node.lineno)
+            need(*operations[node.args[0].value], f"{file}:{node.lineno}")
         elif name == "download_file":  # boto3's transfer: HeadObject, then GetObject (ranged)
-            need("s3", "HeadObject", node.lineno)
-            need("s3", "GetObject", node.lineno)
+            need("s3", "HeadObject", f"{file}:{node.lineno}")
+            need("s3", "GetObject", f"{file}:{node.lineno}")
         elif name == "run" and isinstance(node.args[0], ast.List):
             assert node.args[0].elts[0].value == "git", ast.unparse(node)  # the other subprocess: run_docker
+    source = "\n".join((CLOUD / file).read_text() for file in files)
     for m in re.finditer(r'\["docker", "(\w+)"', source):
         assert m[1] in ("build", "login", "push", "tag"), m[0]
         if m[1] == "push":
@@ -1282,7 +1291,7 @@ def env_of(job) -> dict:
 
 def recording(monkeypatch, event: str) -> list:
     """Record the parameters of every AWS call of submit.py matching `event`, as botocore sends them."""
-    return record_calls(monkeypatch, submit, event)
+    return record_calls(monkeypatch, batch_api, event)
 
 
 @pytest.mark.heavy
@@ -1434,7 +1443,7 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
         "cleanrl-cpu-spot",
     )
     batch = boto(aws, "batch")
-    run_id = submit.run_id_of(sent[0][1])  # a new run's (tests/test_cloud_runs.py)
+    run_id = batch_jobs.run_id_of(sent[0][1])  # a new run's (tests/test_cloud_runs.py)
     assert run_id.startswith("cleanrl-multinode-")
     # moto neither keeps nor describes nodeOverrides: check what was sent
     assert sent[0][1]["nodeOverrides"] == {

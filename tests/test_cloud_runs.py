@@ -22,7 +22,7 @@ import pytest
 from tests.cloud_fixtures import CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client, push_image, use_local_endpoint
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
-from cloud import submit  # noqa: E402
+from cloud import batch_api, batch_jobs, submit  # noqa: E402
 
 ACCOUNT = "123456789012"  # moto's
 BUCKET = f"cleanrl-runs-{ACCOUNT}-{REGION}"
@@ -61,7 +61,7 @@ def batch(moto):
 
 @pytest.fixture
 def aws(moto, batch, monkeypatch, tmp_path):
-    use_local_endpoint(monkeypatch, moto, submit, tmp_path)
+    use_local_endpoint(monkeypatch, moto, batch_api, tmp_path)
     return moto
 
 
@@ -190,13 +190,13 @@ def test_multinode_run_id_is_new_unless_given():
     """A multi-node job submitted again with --run-id (on fewer nodes, say) continues that run; without, a new run."""
     args = submit.SubmitMultinode(build=False, num_nodes=2)
     (env,) = [o["containerOverrides"]["environment"] for o in
-              submit.plan_multinode(args)["nodeOverrides"]["nodePropertyOverrides"]]
+              batch_jobs.plan_multinode(args)["nodeOverrides"]["nodePropertyOverrides"]]
     (made,) = [e["value"] for e in env if e["name"] == "CLEANRL_RUN_ID"]
     assert made.startswith("cleanrl-multinode-") and len(made) == len("cleanrl-multinode-20261208-010203-1a2b3c4d")
-    request = submit.plan_multinode(submit.SubmitMultinode(build=False, num_nodes=1, run_id=made))
-    assert request["nodeOverrides"]["numNodes"] == 1 and submit.run_id_of(request) == made
+    request = batch_jobs.plan_multinode(submit.SubmitMultinode(build=False, num_nodes=1, run_id=made))
+    assert request["nodeOverrides"]["numNodes"] == 1 and batch_jobs.run_id_of(request) == made
     with pytest.raises(submit.SubmitError, match="run id 'a//b' is invalid"):
-        submit.plan_multinode(submit.SubmitMultinode(build=False, run_id="a//b"))
+        batch_jobs.plan_multinode(submit.SubmitMultinode(build=False, run_id="a//b"))
 
 
 # ---------------------------------------------------------------------------------------------------

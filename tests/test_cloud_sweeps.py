@@ -24,7 +24,7 @@ from tests.cloud_fixtures import CLOUD, REGION, ROOT, MotoServer, aws_env, boto_
 from tests.cloud_fixtures import recording as record_calls
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
-from cloud import submit  # noqa: E402
+from cloud import batch_api, submit, sweeps  # noqa: E402
 
 ACCOUNT = "123456789012"  # moto's
 BUCKET = f"cleanrl-runs-{ACCOUNT}-{REGION}"
@@ -75,7 +75,7 @@ def batch(moto):
 @pytest.fixture
 def aws(moto, batch, monkeypatch, tmp_path):
     """This process talks to the local endpoint only, with fake credentials, in an empty working directory."""
-    use_local_endpoint(monkeypatch, moto, submit, tmp_path)
+    use_local_endpoint(monkeypatch, moto, batch_api, tmp_path)
     return moto
 
 
@@ -84,7 +84,7 @@ def cli(*argv: str):
 
 
 def recording(monkeypatch, event: str) -> list:
-    return record_calls(monkeypatch, submit, event)
+    return record_calls(monkeypatch, batch_api, event)
 
 
 def s3_object(moto, url: str) -> bytes:
@@ -408,12 +408,12 @@ def test_a_damaged_completion_marker_is_skipped_in_one_line(aws, tmp_path, capsy
     (job_id,) = cli("submit", "--no-build", "--job-queue", QUEUE, "--sweep", "damaged")
     assert aws.job_exited(job_id, 0) == "SUCCEEDED"
     # the run's folder is keyed by its run id, SWEEP/SCRIPT-ENV_ID-sSEED
-    boto(aws, "s3").put_object(Bucket=BUCKET, Key=f"runs/damaged/ppo-CartPole-v1-s1/{submit.MARKER}",
+    boto(aws, "s3").put_object(Bucket=BUCKET, Key=f"runs/damaged/ppo-CartPole-v1-s1/{sweeps.MARKER}",
                                Body=b'{"finished": tr')
     capsys.readouterr()
     cli("collect", "damaged", "--out", str(tmp_path / "home"))
     err = capsys.readouterr().err
-    assert "collected 0 of 1 runs" in err and f"skipped 1: 1 SUCCEEDED with a damaged {submit.MARKER}" in err, err
+    assert "collected 0 of 1 runs" in err and f"skipped 1: 1 SUCCEEDED with a damaged {sweeps.MARKER}" in err, err
 
 
 def test_a_manifest_s3_refuses_stays_here(aws, batch, capsys):
@@ -462,7 +462,7 @@ BAD_INPUTS = [
 def test_bad_input_rejected_before_any_aws_call(argv, message, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     calls = []
-    monkeypatch.setattr(submit, "client", lambda *a: calls.append(a) or pytest.fail(f"AWS client created for {a}"))
+    monkeypatch.setattr(batch_api, "client", lambda *a: calls.append(a) or pytest.fail(f"AWS client created for {a}"))
     with pytest.raises(SystemExit) as exc:
         cli(*argv)
     assert calls == []
@@ -473,7 +473,7 @@ def test_bad_input_rejected_before_any_aws_call(argv, message, monkeypatch, tmp_
 
 def test_bad_manifests_and_out_folders_fail_in_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(submit, "client", lambda *a: pytest.fail(f"AWS client created for {a}"))
+    monkeypatch.setattr(batch_api, "client", lambda *a: pytest.fail(f"AWS client created for {a}"))
     Path("sweeps").mkdir()
     Path("sweeps/torn.json").write_text('{"format": 1, "sweep": "torn", "runs": [')
     Path("sweeps/other.json").write_text(json.dumps({"format": 1, "sweep": "other", "runs": [{"script": "x"}]}))

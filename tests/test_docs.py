@@ -345,12 +345,12 @@ def check_command(command: str) -> list[list[str]]:
             check_script_args(relative_to_root(str(module.SCRIPT)), argv[cut + 1 :])
         return []
     if path == "cloud/submit.py":  # its commands that name a project file: submit-tune's --tuner-args
-        from cloud import submit
+        from cloud import batch_jobs, submit
 
         args = parse_cli(path, lambda a: tyro.cli(submit.Command, args=a), argv)
         if isinstance(args, submit.SubmitTune):
             try:
-                submit.plan_tune(args)  # the tuner's flags, by the tuner's parser
+                batch_jobs.plan_tune(args)  # the tuner's flags, by the tuner's parser
             except submit.SubmitError as e:
                 raise AssertionError(f"{command}: {e}") from None
         return []

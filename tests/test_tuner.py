@@ -335,7 +335,7 @@ def test_submit_tune_sends_an_array_job_of_workers_that_read_the_secret(tmp_path
     moto = pytest.importorskip("moto", reason="optional dependency: moto (pip install -e '.[dev]')")
     import boto3
 
-    from cloud import submit
+    from cloud import batch_api, submit
 
     for key, value in dict(AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing",
                            AWS_SECRET_ACCESS_KEY="testing").items():
@@ -361,7 +361,7 @@ def test_submit_tune_sends_an_array_job_of_workers_that_read_the_secret(tmp_path
     # what each child runs parses as the tuner's own command line
     assert tyro_args(*command[2:]).storage_secret == "cleanrl/tuning-db"
     # bad input: one line, before any AWS call
-    monkeypatch.setattr(submit, "client", lambda *a: pytest.fail(f"AWS client created for {a}"))
+    monkeypatch.setattr(batch_api, "client", lambda *a: pytest.fail(f"AWS client created for {a}"))
     for argv, message in [
         ([f"--tuner-args={TUNER_ARGS}"], "--storage-secret is needed"),
         (["--storage-secret", "s", f"--tuner-args={TUNER_ARGS} --storage sqlite:///x.db"], "must not give --storage"),
