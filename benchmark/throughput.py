@@ -137,10 +137,10 @@ def fail(message: str) -> NoReturn:
 # - DQN: 120-84 ReLU Q-network as ours; SB3 clips gradients at max_grad_norm (we set it too high to bind) and uses
 #   the Huber loss where ours uses the squared error (same cost); target_update_interval and train_freq count env
 #   steps as ours do with 1 env. DQN Atari: Nature CNN Q-network, Huber loss in both.
-# - DDPG/TD3/SAC: 256-256 ReLU networks, one gradient step per env step after learning_starts, delayed actor
-#   updates every policy_frequency steps for TD3 (SB3 policy_delay); SB3's DDPG updates its actor at every step
-#   (it has no policy delay) where ours does every 2nd, so SB3 does more work there; SB3 uses one learning rate
-#   for actor and critic (noted per spec).
+# - DDPG/TD3/SAC: ReLU networks of the scripts' width (HIDDEN, 256-256), one gradient step per env step after
+#   learning_starts, delayed actor updates every policy_frequency steps for TD3 (SB3 policy_delay); SB3's DDPG
+#   updates its actor at every step (it has no policy delay) where ours does every 2nd, so SB3 does more work
+#   there; SB3 uses one learning rate for actor and critic (noted per spec).
 # - No SB3 counterpart: C51 (classic and Atari), PPG, and multi-process PPO.
 # `upstream` are the flags of the upstream CleanRL script of the same name that do the same work (its defaults are
 # not relied on either); `upstream_env_id` where its gymnasium 0.29 lacks our env id; `upstream_na` why there is no
@@ -155,6 +155,12 @@ def fail(message: str) -> NoReturn:
 #   gets total_timesteps + 1 (one env step more) to log the last step that ours logs (see run_cleanrl).
 PPO_MLP = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", ortho_init=True, optimizer_kwargs=dict(eps=1e-5))
 OFF_POLICY_CONTINUOUS = ["--num-envs", "1", "--batch-size", "256", "--buffer-size", "100000", "--tau", "0.005"]
+
+def script_width(script: str) -> int:
+    """The hidden-layer width a script names once (`HIDDEN = 256`), read from its source (a tool never imports the
+    scripts), so that SB3 is measured with networks of the same size."""
+    return int(re.search(r"^HIDDEN = (\d+)", (ROOT / "cleanrl" / script).read_text(), re.MULTILINE).group(1))
+
 SPECS = {
     "ppo": dict(
         script="ppo.py", env_id="CartPole-v1", family="classic", num_envs=4, iteration=512, iterations=100,
@@ -275,7 +281,7 @@ SPECS = {
         sb3=dict(algo="ddpg", kwargs=dict(
             batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
             train_freq=1, gradient_steps=1, action_noise_std=0.1,
-            policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
+            policy_kwargs=dict(net_arch=[script_width("ddpg_continuous_action.py")] * 2, activation_fn="relu"),
         )),
         upstream=["--batch-size", "256", "--buffer-size", "100000", "--tau", "0.005", "--learning-rate", "3e-4",
                   "--exploration-noise", "0.1", "--policy-frequency", "2"],
@@ -290,7 +296,8 @@ SPECS = {
         sb3=dict(algo="td3", kwargs=dict(
             batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
             train_freq=1, gradient_steps=1, action_noise_std=0.1, policy_delay=2, target_policy_noise=0.2,
-            target_noise_clip=0.5, policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
+            target_noise_clip=0.5,
+            policy_kwargs=dict(net_arch=[script_width("td3_continuous_action.py")] * 2, activation_fn="relu"),
         )),
         upstream=[*OFF_POLICY_CONTINUOUS, "--learning-rate", "3e-4", "--exploration-noise", "0.1", "--policy-frequency", "2",
                   "--policy-noise", "0.2", "--noise-clip", "0.5"],
@@ -307,7 +314,7 @@ SPECS = {
         sb3=dict(algo="sac", kwargs=dict(
             batch_size=256, buffer_size=100000, learning_rate=3e-4, tau=0.005, gamma=0.99,
             train_freq=1, gradient_steps=1, ent_coef="auto",
-            policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
+            policy_kwargs=dict(net_arch=[script_width("sac_continuous_action.py")] * 2, activation_fn="relu"),
         )),
         upstream=[*OFF_POLICY_CONTINUOUS, "--autotune", "--policy-lr", "3e-4", "--q-lr", "1e-3", "--policy-frequency", "2",
                   "--target-network-frequency", "1"],

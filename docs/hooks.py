@@ -3,6 +3,8 @@
 Directives, each alone on a line of a docs page:
     <!-- usage: cleanrl/ppo.py -->             the "Run:" commands of the script's docstring, as a bash block
     <!-- code: cleanrl/ppo.py:compute_gae -->  the source of a top-level function or class, as a python block
+Inline, anywhere in a line:
+    <!-- value: cleanrl/sac_continuous_action.py:HIDDEN -->  the value of a top-level constant (NAME = literal)
 A directive may be indented (inside a list item); the block it becomes gets the same indentation.
 Shell files (benchmark/*.sh) are included with pymdownx.snippets: --8<-- "benchmark/ppo.sh".
 The same functions serve tests/test_docs.py, which runs the commands the docs show.
@@ -30,6 +32,7 @@ BRANCH = "main"  # the branch repository links point to
 DIRECTIVE = re.compile(
     r"^(?P<indent>[ \t]*)<!-- (?P<kind>usage|code): (?P<path>[\w./-]+)(?::(?P<name>\w+))? -->$", re.MULTILINE
 )
+VALUE = re.compile(r"<!-- value: (?P<path>[\w./-]+):(?P<name>\w+) -->")
 LINK = re.compile(r"(?P<head>\]\()(?P<target>[^)\s#]+)(?P<tail>(?:#[^)\s]*)?\))")
 
 
@@ -57,6 +60,14 @@ def code_of(path: str, name: str) -> str:
     raise ValueError(f"{path}: no top-level function or class named {name!r}")
 
 
+def value_of(path: str, name: str) -> str:
+    """The value of the top-level constant `name = <literal>` of a source file, as the page shows it."""
+    for node in ast.parse((ROOT / path).read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return str(ast.literal_eval(node.value))
+    raise ValueError(f"{path}: no top-level constant named {name!r}")
+
+
 def expand(markdown: str) -> str:
     def replace(m: re.Match) -> str:
         if m["kind"] == "usage":
@@ -67,7 +78,8 @@ def expand(markdown: str) -> str:
             block = f"```python\n# {m['path']}\n{code_of(m['path'], m['name'])}\n```"
         return "\n".join(m["indent"] + line if line else line for line in block.splitlines())
 
-    return DIRECTIVE.sub(replace, markdown)
+    markdown = DIRECTIVE.sub(replace, markdown)
+    return VALUE.sub(lambda m: value_of(m["path"], m["name"]), markdown)
 
 
 def repository_link(target: str, page_src: str) -> str | None:
