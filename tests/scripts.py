@@ -202,6 +202,7 @@ class Script:
     logged: dict = field(default_factory=dict)  # values of the tiny run's schedules: {key: values in logged order}
     tracked: bool = True  # test_run.py runs it with --track and --capture-video (else its own test file checks them)
     family_sample: bool = False  # the script of its family that the checks sampled over the families run
+    copied_from: Optional[str] = None  # the script this one's row was copied from (Script.copy)
     saves_envs: bool = True  # its environments' state goes into checkpoints (not Atari's, nor envpool's Procgen)
     learning_rate_flag: str = "--learning-rate"  # a flag that refuses -1 (test_bad_input.py)
     resume: Optional[Resume] = None
@@ -217,7 +218,7 @@ class Script:
     def copy(self, name: str, **differs) -> "Script":
         """The row of a script copied from this one (double_dqn.py from dqn.py): this row's budgets, cases and
         measurements, but for the fields given; a copy is not its family's sample."""
-        return replace(self, name=name, family_sample=False, **differs)
+        return replace(self, name=name, family_sample=False, copied_from=self.name, **differs)
 
     def __post_init__(self):
         assert self.family in FAMILIES, f"{self.name}: family {self.family!r} is not one of {FAMILIES}"

@@ -680,6 +680,8 @@ def test_bad_lifecycle_input_fails_in_one_line_before_any_run_directory(workdir,
     save({"script": "dqn.py", "args": asdict(DQNArgs()), **common}, "dqn.pt")
     (workdir / "dqn_run").mkdir()
     shutil.copy(workdir / "dqn.pt", workdir / "dqn_run" / "checkpoint.pt")
+    if SCRIPTS[script].copied_from == "dqn.py":  # a copy's dqn.pt, which dqn.py's cases resume, is its own
+        save({"script": script, "args": asdict(DQNArgs()), **common}, "dqn.pt")
     save({"script": "ppg_procgen.py", "args": asdict(PPGArgs()), **common}, "ppg.pt")
     (workdir / "garbage.pt").write_bytes(b"not a checkpoint")
     save({"actor.weight": torch.zeros(4, 512), "actor.bias": torch.zeros(4)}, "torch.cleanrl_model")  # a torch model
