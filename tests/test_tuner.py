@@ -163,9 +163,9 @@ def tuner_command(out: Path, storage: str, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def worked_study(postgres, tmp_path_factory):
-    """Three tuner processes on one study in PostgreSQL, 9 trials between them."""
+    """Three tuner processes on one study in PostgreSQL, 6 trials between them."""
     out = tmp_path_factory.mktemp("workers")
-    workers = [subprocess.Popen(tuner_command(out / f"w{i}", postgres, "--trials", "9", "--study-name", "three"),
+    workers = [subprocess.Popen(tuner_command(out / f"w{i}", postgres, "--trials", "6", "--study-name", "three"),
                                 env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for i in range(3)]
     outputs = [w.communicate(timeout=600) for w in workers]
@@ -180,7 +180,7 @@ def test_three_workers_run_one_study_in_postgresql(worked_study):
     storage, out, outputs = worked_study
     trials = optuna.load_study(study_name="three", storage=storage).trials
     done = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
-    assert len(done) >= 9 and not [t for t in trials if t.state.name in ("FAIL", "RUNNING", "WAITING")]
+    assert len(done) >= 6 and not [t for t in trials if t.state.name in ("FAIL", "RUNNING", "WAITING")]
     assert len({t.user_attrs["worker"] for t in done}) == 3, "the three workers did not share the trials"
     assert len({t.number for t in trials}) == len(trials)
     for stdout, stderr in outputs:  # every worker ends with the study's best, as a command line
