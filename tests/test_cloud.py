@@ -22,15 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.cloud_fixtures import (
-    CLOUD,
-    REGION,
-    ROOT,
-    MotoServer,
-    aws_env,
-    boto_client,
-    push_image,
-    terraform_binary,
-    terraform_mirror,
+    CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client, push_image, terraform_binary, terraform_mirror,
     use_local_endpoint,
 )
 from tests.cloud_fixtures import recording as record_calls
@@ -182,19 +174,8 @@ def test_single_job_command_passes_parameters_and_offsets_seed_by_array_index(fa
     proc = run_job_command("single.sh", args, {}, fake_bin)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        *DURABLE,
-        "python",
-        "cleanrl/ppo.py",
-        "--capture-video",
-        "--exp-name",
-        "a b",
-        "--env-id",
-        "ALE/Pong-v5",
-        "--total-timesteps",
-        "100000",
-        "--seed",
-        "3",
-        *RESUMABLE,
+        *DURABLE, "python", "cleanrl/ppo.py", "--capture-video", "--exp-name", "a b", "--env-id", "ALE/Pong-v5",
+        "--total-timesteps", "100000", "--seed", "3", *RESUMABLE,
     ]
     # child 4 of an array job whose first seed is 3 runs seed 7
     proc = run_job_command("single.sh", args, {"AWS_BATCH_JOB_ARRAY_INDEX": "4"}, fake_bin)
@@ -219,20 +200,8 @@ def test_ppo_job_command_picks_the_script_for_the_env_id(fake_bin, env_id, scrip
     proc = run_job_command("ppo.sh", args, {"AWS_BATCH_JOB_ARRAY_INDEX": "2"}, fake_bin)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        *DURABLE,
-        "python",
-        f"/workspace/cleanrl/{script}",
-        "--env-id",
-        env_id,
-        "--total-timesteps",
-        "50000000",
-        "--seed",
-        "3",
-        *RESUMABLE,
-        "--progress-interval",
-        "60",
-        "--exp-name",
-        "a b",
+        *DURABLE, "python", f"/workspace/cleanrl/{script}", "--env-id", env_id, "--total-timesteps", "50000000",
+        "--seed", "3", *RESUMABLE, "--progress-interval", "60", "--exp-name", "a b",
     ]
     assert (ROOT / "cleanrl" / script).is_file()
 
@@ -248,30 +217,9 @@ def test_multinode_job_command_builds_torchrun_from_batch_variables(fake_bin):
     proc = run_job_command("multinode.sh", args, child, fake_bin)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        *DURABLE,
-        "torchrun",
-        "--nnodes",
-        "3",
-        "--node-rank",
-        "2",
-        "--nproc-per-node",
-        "gpu",
-        "--master-addr",
-        "10.1.2.3",
-        "--master-port",
-        "29500",
-        "--rdzv-conf",
-        "timeout=1800",
-        "cleanrl/ppo_atari_multigpu.py",
-        "--num-envs",
-        "8",
-        "--env-id",
-        "BreakoutNoFrameskip-v4",
-        "--total-timesteps",
-        "1000",
-        "--seed",
-        "5",
-        *RESUMABLE,
+        *DURABLE, "torchrun", "--nnodes", "3", "--node-rank", "2", "--nproc-per-node", "gpu", "--master-addr",
+        "10.1.2.3", "--master-port", "29500", "--rdzv-conf", "timeout=1800", "cleanrl/ppo_atari_multigpu.py",
+        "--num-envs", "8", "--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1000", "--seed", "5", *RESUMABLE,
     ]
     # The main node has no AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS: it uses an address of its own.
     main = {k: v for k, v in child.items() if k != "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"}
@@ -294,11 +242,7 @@ def test_example_job_definitions_embed_the_job_commands():
         "bash",
         "-c",
         (CLOUD / "jobs" / "single.sh").read_text(),
-        "Ref::script",
-        "Ref::envId",
-        "Ref::totalTimesteps",
-        "Ref::seed",
-        "Ref::checkpointFrequency",
+        "Ref::script", "Ref::envId", "Ref::totalTimesteps", "Ref::seed", "Ref::checkpointFrequency",
     ]
     assert set(single["parameters"]) == {"script", "envId", "totalTimesteps", "seed", "checkpointFrequency"}
     ppo = json.loads((EXAMPLES / "job_definition_ppo.json").read_text())
@@ -307,11 +251,7 @@ def test_example_job_definitions_embed_the_job_commands():
         "bash",
         "-c",
         (CLOUD / "jobs" / "ppo.sh").read_text(),
-        "Ref::envId",
-        "Ref::totalTimesteps",
-        "Ref::seed",
-        "Ref::checkpointFrequency",
-        "Ref::extraArgs",
+        "Ref::envId", "Ref::totalTimesteps", "Ref::seed", "Ref::checkpointFrequency", "Ref::extraArgs",
     ]
     assert {"envId", "totalTimesteps"} <= set(ppo["parameters"])
     for definition in (single, ppo):
@@ -329,11 +269,7 @@ def test_example_job_definitions_embed_the_job_commands():
         "bash",
         "-c",
         (CLOUD / "jobs" / "multinode.sh").read_text(),
-        "Ref::script",
-        "Ref::envId",
-        "Ref::totalTimesteps",
-        "Ref::seed",
-        "Ref::nprocPerNode",
+        "Ref::script", "Ref::envId", "Ref::totalTimesteps", "Ref::seed", "Ref::nprocPerNode",
         "Ref::checkpointFrequency",
     ]
     assert set(multi["parameters"]) == {"script", "envId", "totalTimesteps", "seed", "nprocPerNode"} | {
@@ -863,13 +799,10 @@ def test_dockerignore_keeps_local_results_out_of_the_image():
     downloads next to them, benchmark results must stay out, or each build bakes them into the image."""
     for local in (
         "runs/CartPole-v1__ppo__1__1700000000/events.out.tfevents.1",
-        "runs/CartPole-v1__ppo__1__1700000000/checkpoint.pt",
-        "cleanrl/runs/x/checkpoint.pt",
-        "videos/CartPole-v1__ppo__1/rl-video-episode-0.mp4",
-        "wandb/run-20260101_000000-abc/files/config.yaml",
+        "runs/CartPole-v1__ppo__1__1700000000/checkpoint.pt", "cleanrl/runs/x/checkpoint.pt",
+        "videos/CartPole-v1__ppo__1/rl-video-episode-0.mp4", "wandb/run-20260101_000000-abc/files/config.yaml",
         "sweeps/cleanrl-20260101-000000-0a1b2c3d.json",
-        "sweeps/cleanrl-20260101-000000-0a1b2c3d/jobs/0123/runs/x/checkpoint.pt",
-        "benchmark/results/ppo.json",
+        "sweeps/cleanrl-20260101-000000-0a1b2c3d/jobs/0123/runs/x/checkpoint.pt", "benchmark/results/ppo.json",
         "benchmark/report/index.md",
     ):
         assert docker_ignores(local), local
@@ -1323,26 +1256,9 @@ def test_submit_one_job_per_script_env_and_seed(cli_infra, aws, capsys, monkeypa
     monkeypatch.setenv("WANDB_ENTITY", "my-team")
     sent = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
     ids = cli(
-        "submit",
-        "--no-build",
-        "--scripts",
-        "ppo.py",
-        "dqn.py",
-        "--env-ids",
-        "CartPole-v1",
-        "ALE/Pong-v5",
-        "--seeds",
-        "1",
-        "2",
-        "--total-timesteps",
-        "1000",
-        "--extra-args=--track --exp-name 'my run'",
-        "--vcpus",
-        "4",
-        "--memory",
-        "8192",
-        "--timeout-seconds",
-        "600",
+        "submit", "--no-build", "--scripts", "ppo.py", "dqn.py", "--env-ids", "CartPole-v1", "ALE/Pong-v5", "--seeds",
+        "1", "2", "--total-timesteps", "1000", "--extra-args=--track --exp-name 'my run'", "--vcpus", "4", "--memory",
+        "8192", "--timeout-seconds", "600",
     )
     out = capsys.readouterr().out.splitlines()
     assert len(ids) == 8 and [line.split("\t")[0] for line in out] == ids
@@ -1422,25 +1338,9 @@ def test_submit_multinode_registers_revision_with_image(cli_infra, aws, capsys, 
     digest = push_image(aws, "cleanrl", "abc123")
     sent = recording(monkeypatch, "provide-client-params.batch.SubmitJob")
     ids = cli(
-        "submit-multinode",
-        "--no-build",
-        "--image",
-        image,
-        "--num-nodes",
-        "3",
-        "--env-id",
-        "PongNoFrameskip-v4",
-        "--seed",
-        "4",
-        "--total-timesteps",
-        "2000",
-        "--extra-args=--track",
-        "--gpus",
-        "2",
-        "--nproc-per-node",
-        "2",
-        "--job-queue",
-        "cleanrl-cpu-spot",
+        "submit-multinode", "--no-build", "--image", image, "--num-nodes", "3", "--env-id", "PongNoFrameskip-v4",
+        "--seed", "4", "--total-timesteps", "2000", "--extra-args=--track", "--gpus", "2", "--nproc-per-node", "2",
+        "--job-queue", "cleanrl-cpu-spot",
     )
     batch = boto(aws, "batch")
     run_id = batch_jobs.run_id_of(sent[0][1])  # a new run's (tests/test_cloud_runs.py)
@@ -1572,9 +1472,7 @@ def test_dry_run_builds_nothing_and_submits_nothing(cli_infra, aws, capsys, monk
     assert captured.out.count("would submit") == 2 and SECRET not in captured.out + captured.err
     # read-only calls only: the repository, the login token, the job definition
     assert sorted({name for name, _ in sent}) == [
-        "DescribeJobDefinitions",
-        "DescribeRepositories",
-        "GetAuthorizationToken",
+        "DescribeJobDefinitions", "DescribeRepositories", "GetAuthorizationToken",
     ]
 
 

@@ -1,5 +1,5 @@
 """cloud/ on a new AWS account and on its instances: the CleanRL articles' commands after prerequisites.sh, setup.sh
-after them and run twice, the launch template's user data for Spot reclaims, and the image entrypoint's watcher of
+after them and again beside a new revision, the launch template's user data for Spot reclaims, and the image entrypoint's watcher of
 the Spot interruption notice.
 
 AWS is moto's server on 127.0.0.1 (tests/cloud_fixtures.py), one of this module's own, so the account starts empty;
@@ -90,11 +90,11 @@ def revisions(batch, name: str) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The CleanRL articles' commands on a new account, then setup.sh twice
+# The CleanRL articles' commands on a new account, then setup.sh
 
 
 @pytest.mark.heavy
-def test_articles_commands_on_a_new_account_then_setup_twice(moto, tmp_path):
+def test_articles_commands_on_a_new_account_then_setup(moto, tmp_path):
     work = examples_for(moto, tmp_path)
     # the documented one-time prerequisites: roles, bucket, repository, log group, launch template
     proc = run_example(moto, "prerequisites.sh", work)
@@ -122,10 +122,11 @@ def test_articles_commands_on_a_new_account_then_setup_twice(moto, tmp_path):
     assert resources["type"] == "SPOT" and resources["ec2Configuration"] == [{"imageType": "ECS_AL2023"}]
     assert resources["launchTemplate"] == {"launchTemplateName": "cleanrl-batch", "version": "$Latest"}
 
-    # setup.sh afterwards, twice: it adds what is missing and leaves the rest as it is
-    for attempt in (1, 2):
-        proc = run_example(moto, "setup.sh", work)
-        assert proc.returncode == 0, f"setup.sh, run {attempt}:\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+    # setup.sh afterwards: it adds what is missing and leaves the rest as it is (every check of an existing resource
+    # runs here: the prerequisites', the compute environment's, cleanrl-queue's and cleanrl-ppo's; revision.sh below
+    # runs it again on the whole set-up)
+    proc = run_example(moto, "setup.sh", work)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     envs = batch.describe_compute_environments()["computeEnvironments"]
     assert [e["computeEnvironmentName"] for e in envs] == ["cleanrl-cpu-spot"]
     queues = batch.describe_job_queues()["jobQueues"]
@@ -172,6 +173,10 @@ def test_articles_commands_on_a_new_account_then_setup_twice(moto, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     registered, listed, submitted = printed_json(proc.stdout)
     assert registered["revision"] == 2 and sorted(listed) == [1, 2] and revisions(batch, "cleanrl-ppo") == [1, 2]
+    # setup.sh again, on the whole set-up: nothing made twice
+    assert [revisions(batch, name) for name in ("cleanrl-single", "cleanrl-multinode")] == [[1], [1]]
+    assert len(batch.describe_job_queues()["jobQueues"]) == 2 and len(batch.describe_compute_environments()[
+        "computeEnvironments"]) == 1
     latest = batch.describe_jobs(jobs=[submitted["jobId"]])["jobs"][0]
     assert latest["jobDefinition"].endswith(":job-definition/cleanrl-ppo:2")
 

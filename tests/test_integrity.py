@@ -21,20 +21,8 @@ import torch
 
 import checkpoints
 from tests.helpers import (
-    ROOT,
-    ReachedTheRun,
-    load,
-    once,
-    read_scalars,
-    run_dirs,
-    run_in_process,
-    run_script,
-    script_env,
-    single_run_dir,
-    start,
-    stop,
-    wait_for_checkpoint,
-    wait_until,
+    ROOT, ReachedTheRun, load, once, read_scalars, run_dirs, run_in_process, run_script, script_env, single_run_dir,
+    start, stop, wait_for_checkpoint, wait_until,
 )
 
 # ppo.py on CartPole: 4 envs x 32 steps = 128 steps an iteration, 8 iterations (with EVAL, one evaluation episode)

@@ -30,39 +30,12 @@ from cleanrl.ppo_atari import Args as PPOAtariArgs
 from cleanrl.sac_continuous_action import Args as SACArgs
 from cleanrl.td3_continuous_action import Args as TD3Args
 from tests.helpers import (
-    CHECKSUM,
-    ReachedTheRun,
-    assert_bad_input_rejected,
-    assert_losses_close,
-    assert_same_run,
-    checksums,
-    eval_line,
-    eval_mean_std,
-    kill_after_first_checkpoint,
-    load,
-    once,
-    read_scalars,
-    run_dirs,
-    run_in_process,
-    run_script,
-    single_run_dir,
-    start,
-    stop,
-    stop_after_first_checkpoint,
-    values,
-    wait_for_checkpoint,
-    wait_until,
-    worker_pids,
+    CHECKSUM, ReachedTheRun, assert_bad_input_rejected, assert_losses_close, assert_same_run, checksums, eval_line,
+    eval_mean_std, kill_after_first_checkpoint, load, once, read_scalars, run_dirs, run_in_process, run_script,
+    single_run_dir, start, stop, stop_after_first_checkpoint, values, wait_for_checkpoint, wait_until, worker_pids,
 )
 from tests.scripts import (
-    SCRIPTS,
-    TIMEOUT,
-    cartpole_updates,
-    names,
-    needs,
-    pendulum_updates,
-    script_params,
-    torchrun,
+    SCRIPTS, TIMEOUT, cartpole_updates, names, needs, pendulum_updates, script_params, torchrun,
 )
 
 # Each row of tests/scripts.py names its cases here: resume (kill -9, then --resume), stop (SIGTERM), evaluation

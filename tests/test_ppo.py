@@ -34,15 +34,6 @@ def test_gae_with_a_truncated_and_a_terminated_episode_in_one_rollout():
     torch.testing.assert_close(ret, expected + values_)
 
 
-def test_gae_truncation_differs_from_termination():
-    args = dict(gamma=0.99, gae_lambda=0.95)
-    r, v, nv = torch.ones(1, 1), torch.zeros(1, 1), torch.full((1, 1), 3.0)
-    truncated, _ = compute_gae(r, v, nv, torch.zeros(1, 1), torch.ones(1, 1), **args)
-    terminated, _ = compute_gae(r, v, nv, torch.ones(1, 1), torch.ones(1, 1), **args)
-    assert truncated.item() == pytest.approx(1 + 0.99 * 3.0)
-    assert terminated.item() == pytest.approx(1.0)
-
-
 def test_gae_without_episode_ends_is_discounted_td_sum():
     # with lambda = 1 and no episode end, A_t = sum_k gamma^k r_{t+k} + gamma^(T-t) V(s_T) - V(s_t)
     gamma = 0.9

@@ -88,8 +88,14 @@ def test_runs_through_updates_then_saves_evaluates_and_says_where_into_a_log_fil
     assert summary.fullmatch(lines[-1]), lines[-1]
 
 
+# Same seed, same run: the rows whose resume equals an uninterrupted run bit for bit (tests/test_lifecycle.py, default
+# run) show it already, as two processes of one seed that end alike; so does PPG's stop inside its auxiliary phase
+# (heavy). The JAX script's scan and Python loops agree only to XLA's rounding, so it stays here.
+SHOWN_BY_AN_EXACT_RESUME = set(names(lambda row: row.resume and row.resume.uninterrupted)) | {"ppg_procgen.py"}
+
+
 @pytest.mark.heavy
-@pytest.mark.parametrize("row", script_params())
+@pytest.mark.parametrize("row", script_params([n for n in names() if n not in SHOWN_BY_AN_EXACT_RESUME]))
 def test_same_seed_gives_identical_losses(row, workdir):
     logged = []
     for i in range(2):

@@ -163,9 +163,9 @@ def tuner_command(out: Path, storage: str, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def worked_study(postgres, tmp_path_factory):
-    """Three tuner processes on one study in PostgreSQL, 9 trials between them."""
+    """Three tuner processes on one study in PostgreSQL, 6 trials between them."""
     out = tmp_path_factory.mktemp("workers")
-    workers = [subprocess.Popen(tuner_command(out / f"w{i}", postgres, "--trials", "9", "--study-name", "three"),
+    workers = [subprocess.Popen(tuner_command(out / f"w{i}", postgres, "--trials", "6", "--study-name", "three"),
                                 env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for i in range(3)]
     outputs = [w.communicate(timeout=600) for w in workers]
@@ -180,7 +180,7 @@ def test_three_workers_run_one_study_in_postgresql(worked_study):
     storage, out, outputs = worked_study
     trials = optuna.load_study(study_name="three", storage=storage).trials
     done = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
-    assert len(done) >= 9 and not [t for t in trials if t.state.name in ("FAIL", "RUNNING", "WAITING")]
+    assert len(done) >= 6 and not [t for t in trials if t.state.name in ("FAIL", "RUNNING", "WAITING")]
     assert len({t.user_attrs["worker"] for t in done}) == 3, "the three workers did not share the trials"
     assert len({t.number for t in trials}) == len(trials)
     for stdout, stderr in outputs:  # every worker ends with the study's best, as a command line
@@ -265,7 +265,7 @@ def test_a_stopped_tuner_continues_its_trial_from_the_checkpoint(tmp_path):
     failed and its flags queued; the same command again repeats the trial, whose run continues from its checkpoint
     instead of starting over."""
     command = [sys.executable, str(ROOT / "benchmark" / "tuner.py"), "tune", "--script", PPO, "--out", str(tmp_path),
-               "--params", "learning-rate=log:1e-4:1e-2", "--flags=--total-timesteps 40960 --eval-episodes 1",
+               "--params", "learning-rate=log:1e-4:1e-2", "--flags=--total-timesteps 10240 --eval-episodes 1",
                "--checkpoint-frequency", "2", "--trials", "1", "--report-interval", "0.5"]
     tuner = subprocess.Popen(command, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     workdir = tmp_path / "ppo" / "trial0" / "CartPole-v1" / "seed1"
@@ -285,8 +285,8 @@ def test_a_stopped_tuner_continues_its_trial_from_the_checkpoint(tmp_path):
     assert trials[1].params == trials[0].params and trials[1].user_attrs["retry_of"] == 0
     assert trials[1].user_attrs["home_trial"] == 0 and trials[1].user_attrs["defaults"]
     log = (workdir / "log.txt").read_text()
-    assert "; resuming CartPole-v1__ppo__1__" in log and "done: 40960 steps" in log, log
-    assert trials[1].user_attrs["runs"][0]["last_step"] >= 40000
+    assert "; resuming CartPole-v1__ppo__1__" in log and "done: 10240 steps" in log, log
+    assert trials[1].user_attrs["runs"][0]["last_step"] >= 10000
 
 
 def test_the_store_url_comes_from_aws_secrets_manager(tmp_path, monkeypatch):
