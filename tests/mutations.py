@@ -171,7 +171,7 @@ MUTATIONS = [
         (PPO_RUN, "tests/test_docs.py::test_every_logged_key_is_documented[ppo.py]"),
         why="the row's losses (tests/scripts.py) and the docs' key tables name losses/value_loss"),
     Mutation(
-        "no_progress_lines_in_a_log_file", "progress", "cleanrl/runtime.py",
+        "no_progress_lines_in_a_log_file", "progress", "cleanrl/run_log.py",
         "if not self.enabled or too_soon or last and not self.terminal:",
         "if not self.enabled or too_soon or not self.terminal:",
         ("tests/test_runtime.py::test_progress_plain_lines_at_the_interval", PPO_RUN),
