@@ -20,6 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CLOUD = ROOT / "cloud"
 REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's account
+BUCKET = f"cleanrl-runs-{ACCOUNT}-{REGION}"  # the runs bucket of the tests that submit jobs
+QUEUE = "cleanrl-queue"  # its jobs stay RUNNING until a test says how they ended (the patches below)
 # Fake credentials: moto accepts any; they must never be real ones.
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 
@@ -343,6 +346,34 @@ def recording(monkeypatch, batch_api, event: str) -> list:
 
     monkeypatch.setattr(batch_api, "client", recording_client)
     return called
+
+
+def serve_moto(tmp_path_factory, name: str = "moto"):
+    """A module's local endpoint, for its fixture: `yield from serve_moto(tmp_path_factory)`."""
+    import pytest
+
+    pytest.importorskip("moto.server", reason="moto[server] (optional dependency, extra 'dev') is not installed")
+    server = MotoServer(tmp_path_factory.mktemp(name) / "moto.log")
+    yield server
+    server.stop()
+
+
+def runs_bucket_and_queue(moto: "MotoServer", prefix: str):
+    """What a plain-CLI set-up leaves on the endpoint: the runs bucket BUCKET, a compute environment, the queue QUEUE,
+    the job definition cleanrl-single of cloud/examples/job_definition.json (with this account) and the image it
+    names, cleanrl:latest, in ECR. `prefix` names the role and compute environment. Returns the Batch client."""
+    boto_client(moto, "s3").create_bucket(Bucket=BUCKET)
+    role = boto_client(moto, "iam").create_role(RoleName=f"{prefix}-batch-service",
+                                                AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    batch = boto_client(moto, "batch")
+    ce = batch.create_compute_environment(computeEnvironmentName=f"{prefix}-ce", type="UNMANAGED", serviceRole=role)
+    batch.create_job_queue(jobQueueName=QUEUE, state="ENABLED", priority=1,
+                           computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce["computeEnvironmentArn"]}])
+    definition = json.loads((CLOUD / "examples" / "job_definition.json").read_text().replace("111122223333", ACCOUNT))
+    batch.register_job_definition(**definition)
+    boto_client(moto, "ecr").create_repository(repositoryName="cleanrl")
+    push_image(moto, "cleanrl", "latest")
+    return batch
 
 
 def push_image(moto: "MotoServer", repository: str, tag: str, build: str = "") -> str:

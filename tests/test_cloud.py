@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.cloud_fixtures import (
-    CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client, push_image, terraform_binary, terraform_mirror,
+    CLOUD, REGION, ROOT, aws_env, boto_client, push_image, serve_moto, terraform_binary, terraform_mirror,
     use_local_endpoint,
 )
 from tests.cloud_fixtures import recording as record_calls
@@ -40,10 +40,7 @@ SECRET = "wandb-secret-4f9c2e71d0b3"  # a W&B key that must reach the job's envi
 
 @pytest.fixture(scope="session")
 def moto(tmp_path_factory):
-    pytest.importorskip("moto.server", reason="moto[server] (optional dependency, extra 'dev') is not installed")
-    server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
-    yield server
-    server.stop()
+    yield from serve_moto(tmp_path_factory)
 
 
 @pytest.fixture

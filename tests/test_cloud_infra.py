@@ -22,21 +22,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.cloud_fixtures import CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client
+from tests.cloud_fixtures import ACCOUNT, CLOUD, REGION, ROOT, aws_env, boto_client, serve_moto
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
 
 EXAMPLES = CLOUD / "examples"
-ACCOUNT = "123456789012"  # moto's account
 VENV_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
-    pytest.importorskip("moto.server", reason="moto[server] (optional dependency, extra 'dev') is not installed")
-    server = MotoServer(tmp_path_factory.mktemp("moto-infra") / "moto.log")
-    yield server
-    server.stop()
+    yield from serve_moto(tmp_path_factory, "moto-infra")
 
 
 def client(moto, service):

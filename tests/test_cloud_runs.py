@@ -19,24 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.cloud_fixtures import CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client, push_image, use_local_endpoint
+from tests.cloud_fixtures import (
+    BUCKET, CLOUD, QUEUE, ROOT, aws_env, boto_client, runs_bucket_and_queue, serve_moto, use_local_endpoint,
+)
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
 from cloud import batch_api, batch_jobs, submit  # noqa: E402
 
-ACCOUNT = "123456789012"  # moto's
-BUCKET = f"cleanrl-runs-{ACCOUNT}-{REGION}"
-QUEUE = "cleanrl-queue"  # tests/cloud_fixtures.py keeps its jobs RUNNING until told how they ended
 VENV_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 DURABLE = [sys.executable, str(CLOUD / "durable.py"), "--"]
 
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
-    pytest.importorskip("moto.server", reason="moto[server] (optional dependency, extra 'dev') is not installed")
-    server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
-    yield server
-    server.stop()
+    yield from serve_moto(tmp_path_factory)
 
 
 def boto(moto, service):
@@ -45,18 +41,7 @@ def boto(moto, service):
 
 @pytest.fixture(scope="module")
 def batch(moto):
-    """The runs bucket, the queue cleanrl-queue and the job definition of cloud/examples/job_definition.json."""
-    boto(moto, "s3").create_bucket(Bucket=BUCKET)
-    role = boto(moto, "iam").create_role(RoleName="runs-batch-service", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-    client = boto(moto, "batch")
-    ce = client.create_compute_environment(computeEnvironmentName="runs-ce", type="UNMANAGED", serviceRole=role)
-    client.create_job_queue(jobQueueName=QUEUE, state="ENABLED", priority=1,
-                            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce["computeEnvironmentArn"]}])
-    definition = json.loads((CLOUD / "examples" / "job_definition.json").read_text().replace("111122223333", ACCOUNT))
-    client.register_job_definition(**definition)
-    boto(moto, "ecr").create_repository(repositoryName="cleanrl")
-    push_image(moto, "cleanrl", "latest")
-    return client
+    return runs_bucket_and_queue(moto, "runs")
 
 
 @pytest.fixture

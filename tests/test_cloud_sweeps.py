@@ -20,15 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.cloud_fixtures import CLOUD, REGION, ROOT, MotoServer, aws_env, boto_client, push_image, use_local_endpoint
+from tests.cloud_fixtures import (
+    BUCKET, QUEUE, REGION, ROOT, aws_env, boto_client, runs_bucket_and_queue, serve_moto, use_local_endpoint,
+)
 from tests.cloud_fixtures import recording as record_calls
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (optional dependency, extra 'cloud') is not installed")
 from cloud import batch_api, submit, sweeps  # noqa: E402
 
-ACCOUNT = "123456789012"  # moto's
-BUCKET = f"cleanrl-runs-{ACCOUNT}-{REGION}"
-QUEUE = "cleanrl-queue"  # tests/cloud_fixtures.py keeps its jobs RUNNING until told how they ended
 SECRET = "wandb-secret-7d1e5b90a2c4"  # a W&B key that must reach the job's environment and no file
 VENV_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 # Budgets that reach the learning updates (tests/scripts.py): PPO 4 envs x 32 steps = 128 steps an iteration, 16
@@ -41,10 +40,7 @@ LOSS = {"ppo": "losses/value_loss", "dqn": "losses/td_loss"}
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
-    pytest.importorskip("moto.server", reason="moto[server] (optional dependency, extra 'dev') is not installed")
-    server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
-    yield server
-    server.stop()
+    yield from serve_moto(tmp_path_factory)
 
 
 def boto(moto, service):
@@ -53,23 +49,8 @@ def boto(moto, service):
 
 @pytest.fixture(scope="module")
 def batch(moto):
-    """The runs bucket, a compute environment, the queue cleanrl-queue and the job definition cleanrl-single of
-    cloud/examples/job_definition.json (the one the plain-CLI set-up registers), with this account and bucket."""
-    boto(moto, "s3").create_bucket(Bucket=BUCKET)
-    role = boto(moto, "iam").create_role(RoleName="sweeps-batch-service", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-    client = boto(moto, "batch")
-    ce = client.create_compute_environment(computeEnvironmentName="sweeps-ce", type="UNMANAGED", serviceRole=role)
-    client.create_job_queue(
-        jobQueueName=QUEUE,
-        state="ENABLED",
-        priority=1,
-        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce["computeEnvironmentArn"]}],
-    )
-    definition = json.loads((CLOUD / "examples" / "job_definition.json").read_text().replace("111122223333", ACCOUNT))
-    client.register_job_definition(**definition)
-    boto(moto, "ecr").create_repository(repositoryName="cleanrl")
-    push_image(moto, "cleanrl", "latest")  # the image it names, cleanrl:latest
-    return client
+    """The plain-CLI set-up: the runs bucket, the queue cleanrl-queue, the job definition cleanrl-single and its image."""
+    return runs_bucket_and_queue(moto, "sweeps")
 
 
 @pytest.fixture
